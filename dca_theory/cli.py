@@ -1,0 +1,122 @@
+"""The ``dca-theory`` command line.
+
+Sub-commands (each imports its own code lazily, so ``figures`` and ``verify`` start fast and
+never load training code):
+
+* ``dca-theory figures [--out DIR] [--experiments]``: theory figures from closed forms
+  (``--experiments`` also redraws the figures of saved experiment results);
+* ``dca-theory verify [--json]``: the verification report of every Section 4 claim;
+* ``dca-theory run NAME [--quick] [--out DIR]``: one experiment of ``experiments/``
+  (``dca-theory run --list`` lists them);
+* ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
+
+Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+
+def _experiment_names() -> list[str]:
+    import experiments
+
+    return sorted(
+        m.name for m in pkgutil.iter_modules(experiments.__path__)
+        if not m.name.startswith("_")
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    names = _experiment_names()
+    if args.list or args.name is None:
+        for name in names:
+            mod = importlib.import_module(f"experiments.{name}")
+            first = (mod.__doc__ or "").strip().splitlines()
+            print(f"{name:24s} {first[0] if first else ''}")
+        return 0
+    if args.name not in names:
+        raise ValueError(f"unknown experiment {args.name!r}; valid: {', '.join(names)}")
+    mod = importlib.import_module(f"experiments.{args.name}")
+    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite)
+    print(f"results in {run_dir}")
+    return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from figures import make_all
+
+    for path in make_all(Path(args.out), Path(args.results), experiments=args.experiments):
+        print(path)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from dca_theory.theory.verify import main as verify_main
+
+    return verify_main(as_json=args.json, quick=args.quick)
+
+
+def _cmd_lm(args: argparse.Namespace) -> int:
+    from dca_theory.lm.cli import main as lm_main
+
+    return lm_main(args.lm_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dca-theory",
+        description="Check the theory of DeepCrossAttention (Heddes et al., ICML 2025), "
+        "regenerate its figures and run its experiments.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("figures", help="regenerate figures (theory figures from closed forms)")
+    p.add_argument("--out", default="figures/out", help="output folder (default: figures/out)")
+    p.add_argument("--results", default="experiments/results",
+                   help="saved experiment results (default: experiments/results)")
+    p.add_argument("--experiments", action="store_true",
+                   help="also draw the figures of saved experiment results")
+    p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("verify", help="numerically/symbolically check every Section 4 claim")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quick", action="store_true", help="fewer random cases")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("run", help="run one experiment (see --list)")
+    p.add_argument("name", nargs="?", help="experiment name, e.g. fig1")
+    p.add_argument("--list", action="store_true", help="list experiments and exit")
+    p.add_argument("--quick", action="store_true", help="small, fast version (under a minute)")
+    p.add_argument("--out", default=None, help="run directory (default: experiments/results/NAME"
+                   " or runs/NAME-quick)")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished run in --out")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("lm", help="DCA transformer LM: train, eval, sample, info",
+                       add_help=False)
+    p.add_argument("lm_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_lm)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        # One line naming the bad value; no traceback for user errors.
+        print(f"dca-theory: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dca-theory: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Run directories: the contract between experiments and figures.
+
+A run directory holds ``config.json`` (written first), ``metrics.jsonl`` (one JSON object per
+logged step, appended as the run goes) and ``summary.json`` (written last, atomically). A
+directory without ``summary.json`` is an unfinished run. Every JSON file is written through a
+temporary file and ``os.replace`` so that an interrupted run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert dataclasses, numpy/jax scalars and arrays to plain JSON types."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy or jax array / scalar
+        return np.asarray(obj).tolist()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return str(obj)  # JSON has no NaN/Inf
+    return obj
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Atomically write ``obj`` as indented JSON."""
+    return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def environment() -> dict[str, str]:
+    """Versions and machine facts recorded in every summary."""
+    info = {"python": platform.python_version(), "machine": platform.machine()}
+    try:
+        import jax
+
+        info["jax"] = jax.__version__
+        info["backend"] = jax.default_backend()
+    except Exception:  # theory-only runs need not import jax
+        pass
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        if sha.returncode == 0:
+            info["git"] = sha.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+class RunDir:
+    """A run directory: ``config.json`` at start, ``metrics.jsonl`` as it goes,
+    ``summary.json`` at the end.
+
+    Starting a run in a folder that already holds a finished run raises unless
+    ``overwrite=True``, so committed results are never clobbered by accident.
+    """
+
+    def __init__(self, path: str | Path, config: Any, *, overwrite: bool = False):
+        self.path = Path(path)
+        if (self.path / "summary.json").exists() and not overwrite:
+            raise FileExistsError(
+                f"run directory {self.path} already holds a finished run (summary.json); "
+                "pass overwrite=True / --overwrite or choose another --out"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "summary.json").unlink(missing_ok=True)
+        (self.path / "metrics.jsonl").unlink(missing_ok=True)
+        write_json(self.path / "config.json", config)
+
+    def log(self, **metrics: Any) -> None:
+        """Append one JSON line; each line is flushed whole."""
+        line = json.dumps(to_jsonable(metrics), sort_keys=True)
+        with open(self.path / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    def save_arrays(self, name: str, **arrays: Any) -> Path:
+        """Atomically save ``arrays.npz``-style data next to the summary."""
+        target = self.path / name
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.", suffix=".npz")
+        os.close(fd)
+        try:
+            np.savez_compressed(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def finish(self, summary: dict) -> Path:
+        summary = dict(summary)
+        summary.setdefault("environment", environment())
+        return write_json(self.path / "summary.json", summary)

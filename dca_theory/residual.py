@@ -1,0 +1,226 @@
+r"""The residual operator: one definition shared by the theory, the toy nets and the LM.
+
+Paper, Section 3 (see ``shared/reference/dca-paper.md`` §2.1–2.3). A residual network keeps the
+*stack* of all previous layer outputs
+
+.. math::  G_t = [x, f_1, \dots, f_{t-1}]   \qquad (\text{oldest first; the paper lists newest first})
+
+and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`:
+
+==========  =====================================================  =====================  =========
+kind        combination                                            parameters             init
+==========  =====================================================  =====================  =========
+``base``    newest entry only (no residual)                         none                   --
+``res``     :math:`\sum_i h_i` (plain ResNet sum)                   none                   --
+``grn_v1``  :math:`\sum_i b_i h_i`                                  :math:`b\in R^{s}`     b = 1
+``grn_v2``  :math:`\sum_i b_i \odot h_i`                            :math:`b\in R^{s\times d}`  b = 1
+``grn_v3``  :math:`\sum_i (b_i + \mathrm{ReLU}(w^\top h_i)) \odot h_i`  :math:`b\in R^{s\times d}, w\in R^d`  b = 1, w = 0
+==========  =====================================================  =====================  =========
+
+At initialisation every GRN equals the plain residual sum exactly.
+
+**k-truncated stack (k-DCA, §3.1/§5).** Instead of every output, the stack holds
+``[x, sum of the middle outputs, last k outputs]``. While no more than ``k`` outputs exist there
+is no middle slot, so the stack is exactly the full stack; with ``k >= depth`` k-DCA *is* full DCA
+(same shapes, same parameters, same function). Slot semantics are fixed: slot 0 is the model
+input, slot 1 (once it exists) the running sum of the outputs that have left the last-k window,
+and the remaining slots the last k outputs, oldest first.
+
+Stacks are arrays of shape ``(S, *batch, D)``: ``S`` stack entries, any batch/sequence axes, and
+the feature axis ``D`` last. A combiner maps such a stack to ``(*batch, D)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+ResidualKind = Literal["base", "res", "grn_v1", "grn_v2", "grn_v3"]
+RESIDUAL_KINDS: tuple[str, ...] = ("base", "res", "grn_v1", "grn_v2", "grn_v3")
+GRN_KINDS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
+
+
+def check_kind(kind: str, allowed: Sequence[str] = RESIDUAL_KINDS) -> str:
+    """Return ``kind`` if it is one of ``allowed``, else raise a one-line ValueError."""
+    if kind not in allowed:
+        raise ValueError(f"unknown residual kind {kind!r}; valid kinds: {', '.join(allowed)}")
+    return kind
+
+
+def check_k(k: int | None) -> int | None:
+    """Validate a k-DCA window: ``None`` (full stack) or an integer ``k >= 0``."""
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be None (full stack) or an integer >= 0, got {k!r}")
+    return k
+
+
+def stack_size(num_outputs: int, k: int | None) -> int:
+    """Size of the stack after ``num_outputs`` layer outputs (plus the model input).
+
+    Full stack: ``num_outputs + 1``. k-truncated: the same while ``num_outputs <= k``, then
+    ``k + 2`` (input, middle sum, last k).
+    """
+    if num_outputs < 0:
+        raise ValueError(f"num_outputs must be >= 0, got {num_outputs}")
+    if k is None or num_outputs <= k:
+        return num_outputs + 1
+    return k + 2
+
+
+def _broadcast_over_batch(p: Array, stack: Array) -> Array:
+    """Reshape per-slot params ``(S, ...)`` to broadcast against a stack ``(S, *batch, D)``."""
+    extra = stack.ndim - p.ndim
+    if p.ndim == 1:  # (S,) -> (S, 1, ..., 1)
+        return p.reshape(p.shape + (1,) * (stack.ndim - 1))
+    return p.reshape(p.shape[:1] + (1,) * extra + p.shape[1:])
+
+
+class Combiner(eqx.Module):
+    """One residual combination ``stack (S, *batch, D) -> (*batch, D)`` of a given kind.
+
+    ``b`` and ``w`` are ``None`` for kinds that do not use them. Build with :func:`make_combiner`.
+    """
+
+    kind: str = eqx.field(static=True)
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    b: Array | None
+    w: Array | None
+
+    def __call__(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "*batch D"]:
+        if stack.shape[0] != self.size or stack.shape[-1] != self.dim:
+            raise ValueError(
+                f"stack shape {stack.shape} does not match this {self.kind} combiner: "
+                f"expected ({self.size}, ..., {self.dim})"
+            )
+        if self.kind == "base":
+            return stack[-1]
+        if self.kind == "res":
+            return jnp.sum(stack, axis=0)
+        weights = _broadcast_over_batch(self.b, stack)  # type: ignore[arg-type]
+        if self.kind == "grn_v3":
+            # One input-dependent scalar per stack entry (and token), shared by all D features.
+            gate = jax.nn.relu(jnp.einsum("s...d,d->s...", stack, self.w))
+            weights = weights + gate[..., None]
+        return jnp.sum(weights * stack, axis=0)
+
+    def weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "S *batch D"]:
+        """The effective per-entry, per-feature weights c with ``combine(G) = sum_i c_i * h_i``."""
+        ones = jnp.ones_like(stack)
+        if self.kind == "base":
+            return ones.at[:-1].set(0.0)
+        if self.kind == "res":
+            return ones
+        c = _broadcast_over_batch(self.b, stack) * ones  # type: ignore[arg-type]
+        if self.kind == "grn_v3":
+            c = c + jax.nn.relu(jnp.einsum("s...d,d->s...", stack, self.w))[..., None]
+        return c
+
+
+def make_combiner(
+    kind: str, size: int, dim: int, *, dtype=jnp.float32, init: str = "identity", key=None
+) -> Combiner:
+    """Build a combiner over a stack of ``size`` entries of dimension ``dim``.
+
+    ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
+    sum. ``init="random"`` perturbs b and w with N(0, 0.1^2) noise (needs ``key``); it exists
+    so that tests can check code paths with non-trivial weights.
+    """
+    check_kind(kind)
+    if size < 1 or dim < 1:
+        raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
+    if init not in ("identity", "random"):
+        raise ValueError(f"init must be 'identity' or 'random', got {init!r}")
+    b = w = None
+    if kind == "grn_v1":
+        b = jnp.ones((size,), dtype)
+    elif kind in ("grn_v2", "grn_v3"):
+        b = jnp.ones((size, dim), dtype)
+    if kind == "grn_v3":
+        w = jnp.zeros((dim,), dtype)
+    if init == "random" and b is not None:
+        if key is None:
+            raise ValueError("init='random' needs a PRNG key")
+        kb, kw = jax.random.split(key)
+        b = b + 0.1 * jax.random.normal(kb, b.shape, dtype)
+        if w is not None:
+            w = w + 0.1 * jax.random.normal(kw, w.shape, dtype)
+    return Combiner(kind=kind, size=size, dim=dim, b=b, w=w)
+
+
+def num_combiner_params(kind: str, size: int, dim: int) -> int:
+    """Trainable parameters of one combiner: 0, s, s*d or s*d + d."""
+    check_kind(kind)
+    return {"base": 0, "res": 0, "grn_v1": size, "grn_v2": size * dim}.get(
+        kind, size * dim + dim
+    )
+
+
+class ResidualStack(eqx.Module):
+    """The stack of the model input and the layer outputs so far (immutable; ``push`` returns
+    a new stack).
+
+    ``k=None`` keeps every output. With an integer ``k`` it keeps ``[x, middle, last k]`` and
+    its size never exceeds ``k + 2``: outputs leaving the window are added into ``middle``.
+    """
+
+    inputs: Array
+    middle: Array | None
+    recent: tuple[Array, ...]
+    k: int | None = eqx.field(static=True)
+
+    @classmethod
+    def start(cls, x: Float[Array, "*batch D"], k: int | None = None) -> ResidualStack:
+        return cls(inputs=x, middle=None, recent=(), k=check_k(k))
+
+    @property
+    def num_outputs(self) -> int:
+        """Layer outputs pushed so far (static: known at trace time)."""
+        return self._num_outputs
+
+    _num_outputs: int = eqx.field(static=True, default=0)
+
+    def push(self, f: Float[Array, "*batch D"]) -> ResidualStack:
+        recent, middle = self.recent + (f,), self.middle
+        if self.k is not None and len(recent) > self.k:
+            oldest, recent = recent[0], recent[1:]
+            middle = oldest if middle is None else middle + oldest
+        return ResidualStack(
+            inputs=self.inputs, middle=middle, recent=recent, k=self.k,
+            _num_outputs=self._num_outputs + 1,
+        )
+
+    @property
+    def size(self) -> int:
+        return 1 + (self.middle is not None) + len(self.recent)
+
+    def entries(self) -> tuple[Array, ...]:
+        mid = () if self.middle is None else (self.middle,)
+        return (self.inputs, *mid, *self.recent)
+
+    def array(self) -> Float[Array, "S *batch D"]:
+        """The stack as one array, slot order ``[x, (middle), recent...]``."""
+        return jnp.stack(self.entries())
+
+    def total(self) -> Float[Array, "*batch D"]:
+        """Plain residual sum of every entry (equals the ResNet residual stream)."""
+        return sum(self.entries()[1:], self.inputs)
+
+    def newest(self) -> Float[Array, "*batch D"]:
+        return self.recent[-1] if self.recent else self.inputs
+
+
+def combine(combiner: Combiner, stack: ResidualStack) -> Float[Array, "*batch D"]:
+    """Apply a combiner to a stack. ``res`` avoids materialising the stacked array."""
+    if combiner.kind == "res":
+        return stack.total()
+    if combiner.kind == "base":
+        return stack.newest()
+    return combiner(stack.array())

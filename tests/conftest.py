@@ -1,0 +1,46 @@
+"""Shared test setup: float64 available, strict rank promotion, the data directory, markers.
+
+The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
+checkout (where CI lays it). Tests that need it skip with a message when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    path = Path(os.environ.get("DCA_DATA_DIR", REPO.parent / "shared" / "data"))
+    if not (path / "ptb").is_dir():
+        pytest.skip(f"no corpora at {path}; set DCA_DATA_DIR")
+    return path
+
+
+@pytest.fixture
+def getkey():
+    """A fresh PRNG key per call, deterministic per test."""
+    state = {"key": jax.random.PRNGKey(0)}
+
+    def _next():
+        state["key"], sub = jax.random.split(state["key"])
+        return sub
+
+    return _next
+
+
+def pytest_collection_modifyitems(config, items):
+    if jax.default_backend() != "gpu":
+        skip = pytest.mark.skip(reason="needs a GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)

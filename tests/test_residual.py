@@ -1,0 +1,83 @@
+"""The shared residual operator: identity at init, k-stack semantics, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dca_theory.residual import (
+    GRN_KINDS,
+    ResidualStack,
+    combine,
+    make_combiner,
+    num_combiner_params,
+    stack_size,
+)
+
+
+@pytest.mark.parametrize("kind", GRN_KINDS)
+@pytest.mark.parametrize("batch", [(), (3,), (2, 5)])
+def test_grn_equals_plain_sum_at_init(kind, batch, getkey):
+    stack = jax.random.normal(getkey(), (4, *batch, 7))
+    comb = make_combiner(kind, 4, 7, dtype=stack.dtype)
+    # Exact: b = 1 multiplies and ReLU(0 . h) = 0 adds nothing.
+    np.testing.assert_array_equal(comb(stack), jnp.sum(stack, axis=0))
+
+
+def test_grn_v3_formula_with_random_weights(getkey):
+    stack = jax.random.normal(getkey(), (3, 5, 4))
+    comb = make_combiner("grn_v3", 3, 4, dtype=stack.dtype, init="random", key=getkey())
+    expect = sum(
+        (comb.b[i][None, :] + jax.nn.relu(stack[i] @ comb.w)[:, None]) * stack[i]
+        for i in range(3)
+    )
+    np.testing.assert_allclose(comb(stack), expect, rtol=1e-12)
+    np.testing.assert_allclose(jnp.sum(comb.weights(stack) * stack, 0), expect, rtol=1e-12)
+
+
+def test_base_takes_newest(getkey):
+    st = ResidualStack.start(jnp.ones(3)).push(2 * jnp.ones(3))
+    np.testing.assert_array_equal(combine(make_combiner("base", 2, 3), st), 2 * jnp.ones(3))
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_k_stack_slots(k):
+    outs = [float(i + 1) * jnp.ones(2) for i in range(6)]
+    st = ResidualStack.start(jnp.zeros(2) + 100.0, k=k)
+    for n, f in enumerate(outs, start=1):
+        st = st.push(f)
+        assert st.size == stack_size(n, k) <= k + 2
+        vals = [float(e[0]) for e in st.array()]
+        assert vals[0] == 100.0
+        if n > k:
+            assert vals[1] == sum(range(1, n - k + 1))  # the middle sum
+        assert vals[len(vals) - min(n, k):] == list(range(n - min(n, k) + 1, n + 1))
+        np.testing.assert_array_equal(st.total(), 100.0 + sum(range(1, n + 1)))
+
+
+def test_k_at_least_depth_is_full_stack(getkey):
+    outs = [jax.random.normal(getkey(), (3,)) for _ in range(4)]
+    full, trunc = ResidualStack.start(outs[0]), ResidualStack.start(outs[0], k=4)
+    for f in outs[1:]:
+        full, trunc = full.push(f), trunc.push(f)
+    np.testing.assert_array_equal(full.array(), trunc.array())
+
+
+def test_param_counts():
+    assert [num_combiner_params(k, 5, 8) for k in ("res", "grn_v1", "grn_v2", "grn_v3")] == [
+        0, 5, 40, 48,
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: make_combiner("grn_v4", 2, 2), "unknown residual kind 'grn_v4'"),
+        (lambda: ResidualStack.start(jnp.ones(2), k=-1), "k must be None"),
+        (lambda: make_combiner("grn_v1", 0, 2), "stack size and dim"),
+        (lambda: make_combiner("grn_v1", 2, 3)(jnp.ones((3, 3))), "does not match"),
+    ],
+)
+def test_errors_name_the_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
