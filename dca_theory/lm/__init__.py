@@ -1,0 +1,1 @@
+"""The DCA transformer language model (Equinox). See :mod:`dca_theory.lm.config`."""
