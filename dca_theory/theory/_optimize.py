@@ -140,26 +140,51 @@ def _cell_lower_bound(a: float, b: float, fa: float, fb: float, m: int) -> float
     return fa + slope * x + m * x * x
 
 
-def grn_v2_search(A: np.ndarray, r: int, starts: dict[str, np.ndarray], *, rtol: float = 1e-11,
-                  max_iter: int = 400) -> tuple[float, np.ndarray, np.ndarray, dict]:
-    """Best (value, D, M) of block coordinate descent from each start diagonal."""
-    best = (np.inf, None, None, None)
-    runs = {}
-    for name, D0 in starts.items():
-        D = np.asarray(D0, dtype=np.float64).copy()
-        prev = np.inf
-        for it in range(1, max_iter + 1):
-            M = truncate(A - np.diag(D), r)
-            R = A - M
-            D = np.diag(R).copy()
-            val = float(np.sum(R**2) - np.sum(D**2))  # = ||offdiag(A - M)||_F^2
-            if it > 1 and prev - val <= rtol * max(prev, 1e-300):
-                break
-            prev = val
+def _race(starts: dict, step, value, *, rtol: float, race_iter: int, max_iter: int):
+    """Multi-start block descent: every start runs ``race_iter`` steps, then the best one
+    continues until a step lowers the value by less than ``rtol`` (relative) or ``max_iter``.
+
+    ``step(state) -> state`` is one exact block-minimisation sweep, ``value(state)`` its risk.
+    """
+    def descend(state, prev, n):
+        val = value(state)
+        for it in range(1, n + 1):
+            state = step(state)
+            prev, val = val, value(state)
+            if prev - val <= rtol * max(abs(prev), 1e-300):
+                return state, val, it, True
+        return state, val, n, False
+
+    runs, best = {}, None
+    for name, state in starts.items():
+        state, val, it, done = descend(state, np.inf, race_iter)
         runs[name] = {"value": val, "iterations": it}
-        if val < best[0]:
-            best = (val, D, M, name)
-    return best[0], best[1], best[2], {"starts": runs, "best_start": best[3]}
+        if best is None or val < best[1]:
+            best = (name, val, state, done)
+    name, val, state, done = best
+    if not done:
+        state, val, it, done = descend(state, val, max_iter - race_iter)
+        runs[name] = {"value": val, "iterations": race_iter + it}
+    return state, val, {"starts": runs, "best_start": name, "converged": done}
+
+
+def grn_v2_search(A: np.ndarray, r: int, starts: dict[str, np.ndarray], *, rtol: float = 1e-10,
+                  race_iter: int = 25, max_iter: int = 600):
+    """Best (value, D, M, info) of block coordinate descent D <- diag(A - M),
+    M <- truncate(A - D, r), from each start diagonal (see :func:`_race`)."""
+    def step(state):
+        M = truncate(A - np.diag(state[0]), r)
+        return np.diag(A - M).copy(), M
+
+    def value(state):
+        D, M = state
+        return float(np.sum((A - np.diag(D) - M) ** 2))
+
+    init = {name: (np.asarray(D, dtype=np.float64), truncate(A - np.diag(D), r))
+            for name, D in starts.items()}
+    (D, M), val, info = _race(init, step, value, rtol=rtol, race_iter=race_iter,
+                              max_iter=max_iter)
+    return val, D, M, info
 
 
 def v3_objective(A: np.ndarray, D: np.ndarray, M: np.ndarray, w_norm: float,
@@ -183,28 +208,25 @@ def v3_w_step(B: np.ndarray) -> tuple[float, np.ndarray, float]:
 
 
 def grn_v3_search(A: np.ndarray, r: int, starts: dict[str, tuple[np.ndarray, np.ndarray]], *,
-                  rtol: float = 1e-11, max_iter: int = 400) -> tuple[float, dict]:
+                  rtol: float = 1e-10, race_iter: int = 25, max_iter: int = 600):
     """Block descent over (w, M, D) from each (D, M) start; returns (best value, info)."""
     d = A.shape[0]
-    best_val, best = np.inf, {}
-    runs = {}
-    for name, (D, M) in starts.items():
-        D, M = np.asarray(D, dtype=np.float64).copy(), M.copy()
-        prev = np.inf
-        for it in range(1, max_iter + 1):
-            w_norm, e, _ = v3_w_step(A - np.diag(D) - M)
-            target = A - (w_norm / np.sqrt(2 * np.pi)) * (np.eye(d) + np.outer(e, e))
-            M = truncate(target - np.diag(D), r)
-            D = np.diag(target - M).copy()
-            val = v3_objective(A, D, M, w_norm, e)
-            if it > 1 and prev - val <= rtol * max(abs(prev), 1e-300):
-                break
-            prev = val
-        w_norm, e, _ = v3_w_step(A - np.diag(D) - M)  # finish on the optimal gate
-        val = v3_objective(A, D, M, w_norm, e)
-        runs[name] = {"value": val, "iterations": it}
-        if val < best_val:
-            best_val = val
-            best = {"D": D, "w": w_norm * e, "best_start": name}
-    best["starts"] = runs
-    return best_val, best
+
+    def gate(D, M):
+        return v3_w_step(A - np.diag(D) - M)[:2]
+
+    def step(state):
+        D, M = state
+        w_norm, e = gate(D, M)
+        target = A - (w_norm / np.sqrt(2 * np.pi)) * (np.eye(d) + np.outer(e, e))
+        M = truncate(target - np.diag(D), r)
+        return np.diag(target - M).copy(), M
+
+    def value(state):  # risk at the optimal gate for this (D, M)
+        return v3_objective(A, *state, *gate(*state))
+
+    init = {name: (np.asarray(D, dtype=np.float64), M) for name, (D, M) in starts.items()}
+    (D, M), val, info = _race(init, step, value, rtol=rtol, race_iter=race_iter,
+                              max_iter=max_iter)
+    w_norm, e = gate(D, M)
+    return val, {"D": D, "w": w_norm * e, **info}
