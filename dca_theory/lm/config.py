@@ -1,7 +1,10 @@
 """Model configuration and presets for the transformer LM.
 
 Letters used for shapes across ``lm/``: B batch, L sequence length, D model width, H heads,
-K head width, F MLP width, V vocabulary, S residual-stack size.
+K head width, F MLP width, V vocabulary, S residual-stack size, N hyper-connection streams.
+
+Every field is validated when the config is built (``ModelConfig(...)`` or ``cfg.replace``), so
+a bad value fails at once with a one-line ``ValueError`` naming the value and the valid range.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ LM_RESIDUALS: tuple[str, ...] = (
     "vanilla", "grn_v1", "grn_v2", "grn_v3", "dca",
     "denseformer", "hyper_connections", "laurel_lr", "laurel_pa",
 )
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,13 @@ class ModelConfig:
 
     ``residual`` selects the residual scheme (see LM_RESIDUALS); ``k`` (only with "dca") keeps
     the model input, the sum of the middle outputs and the last k outputs (k-DCA); ``None`` is
-    the full stack.
+    the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
+    ``laurel_rank`` the rank r of the LAuReL low-rank maps.
+
+    Precision: parameters, the residual stream / stack, GRN combinations, LayerNorm statistics
+    and the attention softmax are kept in ``param_dtype``; matmuls (attention projections,
+    scores, MLP, output layer) run in ``compute_dtype`` (e.g. ``"bfloat16"``). Logits are
+    returned in ``param_dtype``.
     """
 
     vocab_size: int = 30_000
@@ -36,6 +46,42 @@ class ModelConfig:
     k: int | None = None
     hc_expansion: int = 4
     laurel_rank: int = 16
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"
+    ln_eps: float = 1e-6  # Flax LayerNorm default
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_len", "d_model", "n_heads", "d_mlp", "n_layers",
+                     "hc_expansion", "laurel_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
+            )
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.residual not in LM_RESIDUALS:
+            raise ValueError(
+                f"unknown residual {self.residual!r}; valid: {', '.join(LM_RESIDUALS)}"
+            )
+        if self.k is not None:
+            if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
+                raise ValueError(f"k must be None (full stack) or an integer >= 0, got {self.k!r}")
+            if self.residual != "dca":
+                raise ValueError(
+                    f"k={self.k} is only valid with residual='dca', got residual={self.residual!r}"
+                )
+        for name in ("param_dtype", "compute_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(DTYPES)}, got {getattr(self, name)!r}"
+                )
+        if not self.ln_eps > 0:
+            raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -1,0 +1,106 @@
+r"""Analysis hooks: learned GRN weights per layer (paper Appendix H, Figure 10) and per-layer
+residual-stream states.
+
+Figure 10 shows, for every GRN of a trained GRN-v3 model ("Layer 2" … "Layer 30" and
+"Outputs"), the bias ``b`` over the GRN's stack entries: the median over the D features (solid
+line) and a 90% band (shaded; we use the 5th–95th percentiles). :func:`bias_profile` computes
+exactly these numbers; :func:`grn_weights` exports the raw ``b`` (``S×D``, or ``S`` for
+GRN-v1) and ``w`` (``D``) of every GRN; :func:`save_grn_analysis` writes both to a folder
+(``grn_weights.npz`` and ``grn_bias_profile.json``) for a figure module to plot.
+
+Stack slots are labelled by what they hold (:func:`slot_labels`): ``input`` (the embedded
+model input), ``out_j`` (block j's output, 0-based) and, for k-DCA, ``middle_0..m`` (the sum of
+block outputs 0..m that left the last-k window).
+
+Names: ``block_{t}`` for block t's GRN (``block_{t}.q|k|v`` for DCA's three GRNs) and
+``output`` for the GRN before the final LayerNorm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+from jaxtyping import Array, Int
+
+from dca_theory.io import write_json
+from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.model import TransformerLM
+from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
+from dca_theory.residual import Combiner, stack_size
+
+
+def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
+    """Labels of the stack entries a GRN sees after ``num_outputs`` block outputs."""
+    k = cfg.k if cfg.residual == "dca" else None
+    size = stack_size(num_outputs, k)
+    if size == num_outputs + 1:
+        return ["input"] + [f"out_{j}" for j in range(num_outputs)]
+    n_mid = num_outputs - k  # outputs 0..n_mid-1 were summed into the middle slot
+    return ["input", f"middle_0..{n_mid - 1}"] + [f"out_{j}" for j in range(n_mid, num_outputs)]
+
+
+def named_grns(model: TransformerLM) -> dict[str, tuple[Combiner, int]]:
+    """Every GRN of the model with the number of block outputs its stack holds."""
+    trunk, out = model.trunk, {}
+    if isinstance(trunk, DCATrunk):
+        for t, blk in enumerate(trunk.blocks):
+            out |= {f"block_{t}.q": (blk.grn_q, t), f"block_{t}.k": (blk.grn_k, t),
+                    f"block_{t}.v": (blk.grn_v, t)}
+        out["output"] = (trunk.final, len(trunk.blocks))
+    elif isinstance(trunk, ResidualTrunk) and trunk.grns is not None:
+        for t, grn in enumerate(trunk.grns[:-1]):
+            out[f"block_{t}"] = (grn, t)
+        out["output"] = (trunk.grns[-1], len(trunk.blocks))
+    else:
+        raise ValueError(f"residual={model.cfg.residual!r} has no GRNs; valid: grn_v1, grn_v2, "
+                         "grn_v3, dca")
+    return out
+
+
+def grn_weights(model: TransformerLM) -> dict[str, np.ndarray]:
+    """``{"<name>.b": b, "<name>.w": w}`` for every GRN (``w`` only for GRN-v3)."""
+    arrays = {}
+    for name, (grn, _) in named_grns(model).items():
+        arrays[f"{name}.b"] = np.asarray(grn.b)
+        if grn.w is not None:
+            arrays[f"{name}.w"] = np.asarray(grn.w)
+    return arrays
+
+
+def bias_profile(model: TransformerLM, band: tuple[float, float] = (5.0, 95.0)) -> list[dict]:
+    """Figure 10's data: per GRN and stack slot, the median of ``b`` over features and a band."""
+    rows = []
+    for name, (grn, n_out) in named_grns(model).items():
+        b_SxD = np.asarray(grn.b, dtype=np.float64).reshape(grn.size, -1)
+        lo, med, hi = np.percentile(b_SxD, [band[0], 50.0, band[1]], axis=1)
+        rows.append({"grn": name, "num_outputs": n_out, "slots": slot_labels(model.cfg, n_out),
+                     "median": med.tolist(), "low": lo.tolist(), "high": hi.tolist(),
+                     "band_percentiles": list(band)})
+    return rows
+
+
+def save_grn_analysis(model: TransformerLM, directory: str | Path) -> Path:
+    """Write ``grn_weights.npz`` and ``grn_bias_profile.json`` into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    np.savez(directory / "grn_weights.npz", **grn_weights(model))
+    write_json(directory / "grn_bias_profile.json",
+               {"residual": model.cfg.residual, "k": model.cfg.k, "grns": bias_profile(model)})
+    return directory
+
+
+@eqx.filter_jit
+def _states(model: TransformerLM, tokens_L: Array):
+    return model.forward_with_states(tokens_L, inference=True)[1]
+
+
+def residual_states(model: TransformerLM, tokens_L: Int[Array, " L"]) -> dict[str, np.ndarray]:
+    """Per-layer residual-stream states of one sequence (no dropout), as numpy arrays.
+
+    Keys are described in :mod:`dca_theory.lm.trunk` (``embed``, ``block_{t}_in``,
+    ``block_{t}_out``, ``stream_{t}``, ``stack_{t}``, ``final``).
+    """
+    return {k: np.asarray(v) for k, v in jax.device_get(_states(model, tokens_L)).items()}

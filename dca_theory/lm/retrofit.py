@@ -1,0 +1,93 @@
+r"""Retrofitting: turn a (trained) vanilla model into a DCA, k-DCA or GRN model computing the
+same function (paper §5, Table 4: "adding DCA to a pre-trained model does not alter its
+function").
+
+Parameter map (proved in :mod:`dca_theory.lm.blocks`): embeddings, final LayerNorm and output
+layer are copied; for each block, the attention and MLP weights are copied, the vanilla
+pre-attention LayerNorm ``LN_1`` becomes each of ``LN_q``, ``LN_k``, ``LN_v`` and the pre-MLP
+``LN_2`` becomes ``LN_h``; every GRN (per block and the output GRN) starts at b = 1, w = 0, where
+it is the plain residual sum. For ``grn_v1|v2|v3`` targets the pre-LN blocks are copied as they
+are and the GRNs start at b = 1 (w = 0). The functions agree up to floating-point summation
+order (the GRN sums the stack at once; vanilla adds recursively).
+
+Typical use (continue training a vanilla checkpoint as 2-DCA)::
+
+    vanilla = <load the checkpoint into build_model(cfg, key=...)>
+    dca = retrofit(vanilla, cfg.replace(residual="dca", k=2))
+
+Only the target's non-architectural settings (dropout, dtypes, ``max_len``) may differ from the
+source's; they are taken from the target config.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+
+from dca_theory.lm.blocks import PreLNBlock
+from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.model import TransformerLM, build_model
+from dca_theory.lm.trunk import GRN_RESIDUALS, DCATrunk
+
+RETROFIT_TARGETS: tuple[str, ...] = ("vanilla", *GRN_RESIDUALS, "dca")
+# Fields that fix parameter shapes: source and target must agree on them.
+ARCH_FIELDS: tuple[str, ...] = ("vocab_size", "d_model", "n_heads", "d_mlp", "n_layers")
+
+
+def transplant(src, tgt):
+    """``tgt`` with its array leaves replaced by ``src``'s (same structure and shapes), cast to
+    ``tgt``'s dtypes. Static fields (dropout rates, compute dtype) stay ``tgt``'s."""
+    src_leaves = jax.tree_util.tree_leaves(eqx.filter(src, eqx.is_array))
+    tgt_arrays, tgt_rest = eqx.partition(tgt, eqx.is_array)
+    tgt_leaves, treedef = jax.tree_util.tree_flatten(tgt_arrays)
+    if len(src_leaves) != len(tgt_leaves) or any(
+        s.shape != t.shape for s, t in zip(src_leaves, tgt_leaves)
+    ):
+        raise ValueError(f"cannot transplant {type(src).__name__} into {type(tgt).__name__}: "
+                         "parameter shapes differ")
+    new = [s.astype(t.dtype) for s, t in zip(src_leaves, tgt_leaves)]
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, new), tgt_rest)
+
+
+def _check(source: TransformerLM, target: ModelConfig) -> None:
+    if source.cfg.residual != "vanilla":
+        raise ValueError(
+            f"retrofit needs a vanilla source model, got residual={source.cfg.residual!r}"
+        )
+    if target.residual not in RETROFIT_TARGETS:
+        raise ValueError(f"cannot retrofit into residual={target.residual!r}; valid targets: "
+                         f"{', '.join(RETROFIT_TARGETS)}")
+    for name in ARCH_FIELDS:
+        if getattr(source.cfg, name) != getattr(target, name):
+            raise ValueError(f"{name} differs: source {getattr(source.cfg, name)} vs target "
+                             f"{getattr(target, name)}; retrofit keeps the architecture")
+
+
+def retrofit(source: TransformerLM, target: ModelConfig) -> TransformerLM:
+    """The ``target``-kind model computing the same function as the vanilla ``source``."""
+    _check(source, target)
+    fresh = build_model(target, key=jax.random.PRNGKey(0))  # shapes, statics, identity GRNs
+    src_blocks = source.trunk.blocks
+    if target.residual == "dca":
+        trunk = DCATrunk.from_pre_ln(
+            target, tuple(transplant(b, f) for b, f in zip(src_blocks, _pre_ln_of(fresh)))
+        )
+    else:
+        trunk = eqx.tree_at(
+            lambda t: t.blocks, fresh.trunk,
+            tuple(transplant(b, f) for b, f in zip(src_blocks, fresh.trunk.blocks)),
+        )
+    out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
+    for get in (lambda m: m.embed_VxD, lambda m: m.final_norm, lambda m: m.w_out_DxV,
+                lambda m: m.b_out_V):
+        out = eqx.tree_at(get, out, transplant(get(source), get(out)))
+    return out
+
+
+def _pre_ln_of(model: TransformerLM):
+    """The pre-LN view of a fresh DCA model's blocks (statics from the target config)."""
+    return tuple(
+        PreLNBlock(ln1=b.ln_q, attn=b.attn, ln2=b.ln_h, mlp=b.mlp, rate=b.rate)
+        for b in model.trunk.blocks
+    )
+

@@ -1,0 +1,217 @@
+"""The transformer LM: shapes, jit, causality, DCA-at-init = vanilla, k-DCA, dtypes, bad configs.
+
+All on the tiny preset (3 layers, width 32, L = 32). Tolerances: float32 results are compared at
+1e-6 relative to the logit scale (a few float32 ulps: the GRN sums the stack at once while
+vanilla adds recursively, so the two differ only by rounding); float64 at 1e-12.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dca_theory.lm.config import PRESETS, ModelConfig
+from dca_theory.lm.model import build_model, sinusoidal_positions
+from dca_theory.residual import make_combiner
+
+TINY = PRESETS["tiny"]
+L = TINY.max_len
+TOL = {"float32": 1e-6, "float64": 1e-12}
+
+
+def tokens(seed=0, length=L):
+    return jax.random.randint(jax.random.PRNGKey(seed), (length,), 0, TINY.vocab_size)
+
+
+@eqx.filter_jit
+def logits_jit(model, toks):
+    # One jitted function for the whole file, so equal model structures reuse the compilation.
+    return model(toks, inference=True)
+
+
+def close(a, b, dtype):
+    # Relative to the logit scale: logits are O(1-10), so 1e-6 is a few float32 ulps.
+    scale = float(jnp.max(jnp.abs(b)))
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=TOL[dtype] * scale)
+
+
+def randomize_grns(model, key):
+    """Replace every GRN by one with random b, w (so k-DCA tests exercise non-trivial weights)."""
+    is_comb = lambda x: hasattr(x, "kind") and hasattr(x, "size")  # noqa: E731
+    leaves = [x for x in jax.tree_util.tree_leaves(model, is_leaf=is_comb) if is_comb(x)]
+    keys = jax.random.split(key, len(leaves))
+    new = [make_combiner(c.kind, c.size, c.dim, dtype=c.b.dtype, init="random", key=k)
+           for c, k in zip(leaves, keys)]
+    it = iter(new)
+    return jax.tree_util.tree_map(lambda x: next(it) if is_comb(x) else x, model, is_leaf=is_comb)
+
+
+@pytest.mark.parametrize("residual,k", [("dca", 1)])
+def test_shapes_finite_and_jit_matches_eager(residual, k, getkey):
+    model = build_model(TINY.replace(residual=residual, k=k), key=getkey())
+    toks = tokens()
+    eager = model(toks)
+    jitted = logits_jit(model, toks)
+    assert eager.shape == (L, TINY.vocab_size) and eager.dtype == jnp.float32
+    assert bool(jnp.all(jnp.isfinite(eager)))
+    # XLA may fuse/reorder float32 ops under jit: agree to a few ulps of the logit scale.
+    np.testing.assert_allclose(jitted, eager, atol=1e-5 * float(jnp.max(jnp.abs(eager))))
+
+
+@pytest.mark.parametrize("residual,k", [("vanilla", None), ("dca", 1)])
+def test_causality_via_gradients(residual, k, getkey):
+    cfg = TINY.replace(residual=residual, k=k, param_dtype="float64", compute_dtype="float64")
+    model = randomize_grns(build_model(cfg, key=getkey()), getkey())
+    x_LxD = model.embed(tokens())
+    # d logits[i] / d x[j] for every (i, j): zero for j > i (exactly: masked probabilities are 0).
+    jac_LxLxD = jax.jacrev(lambda x: model.apply_embedded(x, inference=True)[:, 3])(x_LxD)
+    norms = np.asarray(jnp.linalg.norm(jac_LxLxD, axis=-1))  # (i, j)
+    for i in (0, 5, L - 1):
+        assert np.all(norms[i, i + 1:] == 0.0), f"position {i} depends on the future"
+        assert np.all(norms[i, : i + 1] > 0.0), f"position {i} ignores part of its past"
+
+
+@pytest.mark.parametrize("residual,k,dtype", [
+    ("dca", None, "float32"), ("dca", 1, "float32"), ("grn_v1", None, "float32"),
+    ("grn_v2", None, "float32"), ("grn_v3", None, "float32"),
+    ("dca", None, "float64"), ("dca", 0, "float64"), ("dca", 2, "float64"),
+])
+def test_grn_models_equal_vanilla_at_init(residual, k, dtype):
+    key = jax.random.PRNGKey(3)  # same key: same embeddings, block weights and output layer
+    cfg = TINY.replace(param_dtype=dtype, compute_dtype=dtype)
+    vanilla = build_model(cfg, key=key)
+    other = build_model(cfg.replace(residual=residual, k=k), key=key)
+    toks = tokens(1)
+    close(logits_jit(other, toks), logits_jit(vanilla, toks), dtype)
+
+
+def test_grn_models_differ_from_vanilla_with_random_grns(getkey):
+    # Guards the test above: a non-identity GRN really changes the function.
+    key = getkey()
+    vanilla = build_model(TINY, key=key)
+    dca = randomize_grns(build_model(TINY.replace(residual="dca"), key=key), getkey())
+    diff = jnp.max(jnp.abs(logits_jit(dca, tokens()) - logits_jit(vanilla, tokens())))
+    assert diff > 1e-2
+
+
+@pytest.mark.parametrize("k", [3, 10])  # TINY has 3 layers
+def test_k_at_least_depth_equals_full_dca(k, getkey):
+    key = getkey()
+    full = randomize_grns(build_model(TINY.replace(residual="dca"), key=key), getkey())
+    trunc = build_model(TINY.replace(residual="dca", k=k), key=key)
+    # Same parameter shapes, so full DCA's (random) parameters load into the k-DCA model.
+    full_leaves = jax.tree_util.tree_leaves(eqx.filter(full, eqx.is_array))
+    trunc_params, trunc_static = eqx.partition(trunc, eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(trunc_params)
+    assert [x.shape for x in leaves] == [x.shape for x in full_leaves]
+    moved = eqx.combine(jax.tree_util.tree_unflatten(treedef, full_leaves), trunc_static)
+    np.testing.assert_array_equal(logits_jit(moved, tokens()), logits_jit(full, tokens()))
+
+
+def test_k_dca_stack_slots(getkey):
+    """k = 1 on 3 layers: block 2 reads [x, out_0 (middle), out_1]; the output GRN [x, o0+o1, o2]."""
+    model = build_model(TINY.replace(residual="dca", k=1, param_dtype="float64",
+                                     compute_dtype="float64"), key=getkey())
+    _, st = model.forward_with_states(tokens(), inference=True)
+    assert [st[f"stack_{t}"].shape[0] for t in range(3)] == [1, 2, 3]
+    np.testing.assert_array_equal(st["stack_2"][0], st["embed"])
+    np.testing.assert_array_equal(st["stack_2"][1], st["block_0_out"])
+    np.testing.assert_array_equal(st["stack_2"][2], st["block_1_out"])
+    assert model.trunk.final.size == 3
+    expected = st["embed"] + (st["block_0_out"] + st["block_1_out"]) + st["block_2_out"]
+    np.testing.assert_allclose(st["final"], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_vanilla_block_matches_numpy_reference(getkey):
+    """One pre-LN block against an independent numpy implementation (float64)."""
+    cfg = TINY.replace(n_layers=1, param_dtype="float64", compute_dtype="float64")
+    model = build_model(cfg, key=getkey())
+    blk = model.trunk.blocks[0]
+    x = np.asarray(jax.random.normal(getkey(), (L, cfg.d_model), jnp.float64))
+
+    def ln(v, m):
+        mu, var = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
+        return (v - mu) / np.sqrt(var + cfg.ln_eps) * np.asarray(m.scale) + np.asarray(m.bias)
+
+    W = {n: np.asarray(getattr(blk.attn, n)) for n in ("w_q_DxD", "w_k_DxD", "w_v_DxD", "w_o_DxD")}
+    xn, H = ln(x, blk.ln1), cfg.n_heads
+    K = cfg.d_model // H
+    heads = []
+    for h in range(H):
+        sl = slice(h * K, (h + 1) * K)
+        q, k_, v = ((xn @ W[n])[:, sl] for n in ("w_q_DxD", "w_k_DxD", "w_v_DxD"))
+        s = q @ k_.T / np.sqrt(K) + np.triu(np.full((L, L), -np.inf), 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        heads.append((p / p.sum(-1, keepdims=True)) @ v)
+    y = x + np.concatenate(heads, -1) @ W["w_o_DxD"]
+    m = blk.mlp
+    z = np.maximum(ln(y, blk.ln2) @ np.asarray(m.w_in_DxF) + np.asarray(m.b_in_F), 0)
+    expect = y + z @ np.asarray(m.w_out_FxD) + np.asarray(m.b_out_D)
+    np.testing.assert_allclose(blk(jnp.asarray(x), causal=True), expect, rtol=1e-10, atol=1e-10)
+
+
+def test_sinusoidal_positions_flax_layout():
+    pe = np.asarray(sinusoidal_positions(8, 6, jnp.float64))
+    np.testing.assert_array_equal(pe[0], [0, 0, 0, 1, 1, 1])  # sin(0) | cos(0)
+    div = np.exp(-np.log(1e4) * np.arange(3) / 2)  # min_scale 1, max_scale 1e4, D/2 - 1 = 2
+    np.testing.assert_allclose(pe[5], np.r_[np.sin(5 * div), np.cos(5 * div)], rtol=1e-14)
+
+
+def test_dropout_only_with_key_and_not_inference(getkey):
+    model = build_model(TINY.replace(dropout=0.3, attn_dropout=0.3, residual="dca"), key=getkey())
+    toks, k = tokens(), getkey()
+    base = model(toks)
+    np.testing.assert_array_equal(model(toks, key=k, inference=True), base)
+    drop = model(toks, key=k)
+    assert float(jnp.max(jnp.abs(drop - base))) > 1e-3
+    np.testing.assert_array_equal(model(toks, key=k), drop)  # deterministic per key
+
+
+def test_bf16_compute_close_to_float32(getkey):
+    key = getkey()
+    ref = logits_jit(build_model(TINY.replace(residual="dca"), key=key), tokens())
+    bf = logits_jit(build_model(TINY.replace(residual="dca", compute_dtype="bfloat16"), key=key),
+                    tokens())
+    assert bf.dtype == jnp.float32  # params stay float32, so do the logits
+    # bfloat16 keeps 8 mantissa bits (rel. error ~4e-3 per op); a 3-layer model stays within 5%.
+    err = float(jnp.max(jnp.abs(bf - ref)) / jnp.max(jnp.abs(ref)))
+    assert err < 5e-2
+
+
+def test_states_are_consistent(getkey):
+    model = build_model(TINY.replace(residual="grn_v2"), key=getkey())
+    logits, st = model.forward_with_states(tokens(), inference=True)
+    np.testing.assert_array_equal(logits, model(tokens()))
+    # At init the GRN output is the plain sum: the final state equals the residual stream.
+    np.testing.assert_allclose(st["final"], st["stream_2"], rtol=1e-6, atol=1e-5)
+    assert {"embed", "block_0_in", "block_2_out", "stack_1", "final"} <= set(st)
+
+
+def test_too_long_sequence(getkey):
+    model = build_model(TINY, key=getkey())
+    with pytest.raises(ValueError, match="exceeds max_len"):
+        model(jnp.zeros((L + 1,), jnp.int32))
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"residual": "resnet"}, "unknown residual"),
+    ({"residual": "dca", "k": -1}, "k must be"),
+    ({"residual": "grn_v3", "k": 2}, "only valid with residual='dca'"),
+    ({"d_model": 30}, "divisible by n_heads"),
+    ({"n_layers": 0}, "n_layers must be a positive integer"),
+    ({"d_mlp": -4}, "d_mlp must be a positive integer"),
+    ({"vocab_size": 0}, "vocab_size must be"),
+    ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+    ({"attn_dropout": -0.1}, "attn_dropout must be in"),
+    ({"compute_dtype": "int8"}, "compute_dtype must be one of"),
+])
+def test_bad_config_values(changes, match):
+    with pytest.raises(ValueError, match=match) as err:
+        TINY.replace(**changes)
+    assert "\n" not in str(err.value)
+
+
+def test_presets_are_valid_configs():
+    assert PRESETS["paper"] == ModelConfig()
+    assert PRESETS["tiny"].n_layers == 3
