@@ -1,0 +1,119 @@
+r"""The low-rank deep linear network of Section 4.1 (``dca-paper.md`` §1.1).
+
+Layer :math:`t` is :math:`f_t(z) = V_t z` with the factored weight :math:`V_t = P_t Q_t^\top`,
+:math:`P_t, Q_t \in \mathbb{R}^{d\times r_t}`, so :math:`\mathrm{rank}\,V_t \le r_t` always
+holds; the collective rank is :math:`r_* = \sum_t r_t`. The residual kind chooses the class of
+Theorem 4.1: ``base`` gives :math:`\prod_t V_t`, ``res`` gives :math:`\prod_t (I + V_t)`,
+``grn_v1``/``grn_v2`` give :math:`\alpha I + M` / :math:`D + M` with :math:`\mathrm{rank}\,M \le
+r_*`. ``grn_v3`` adds the input-dependent gate and is no longer linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from dca_theory.nets._common import (
+    check_dims,
+    combiner_params,
+    make_combiners,
+    rank_array,
+    rank_mask,
+    residual_forward,
+    skip_term,
+)
+from dca_theory.residual import Combiner, check_k, check_kind, stack_size
+
+
+class DeepLinear(eqx.Module):
+    """T factored linear layers joined by a residual combination of any kind.
+
+    Args:
+        dim: feature dimension d.
+        ranks: rank r_t of every layer (one int or T ints; a traced array under vmap).
+        depth: number of layers T.
+        kind: ``base``, ``res``, ``grn_v1``, ``grn_v2`` or ``grn_v3``.
+        k: optional k-DCA window (``None``: the full stack).
+        init_std: std of the entries of P_t and Q_t (default ``d**-0.5``: each V_t then has
+            O(1) singular values, the scale at which the factorisation matters).
+        pad_to: stored width (>= max rank) so nets of different ranks share one shape.
+        key: PRNG key.
+    """
+
+    P: Float[Array, "T d r"]
+    Q: Float[Array, "T d r"]
+    mask: Bool[Array, "T r"]
+    combiners: tuple[Combiner, ...]
+    kind: str = eqx.field(static=True)
+    k: int | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        dim: int,
+        ranks: int | Sequence[int] | Array,
+        depth: int,
+        *,
+        kind: str = "res",
+        k: int | None = None,
+        init_std: float | None = None,
+        pad_to: int | None = None,
+        dtype=jnp.float32,
+        key: Array,
+    ):
+        check_dims(dim, depth)
+        check_kind(kind)
+        check_k(k)
+        r, width = rank_array(ranks, depth, dim, pad_to)
+        std = dim**-0.5 if init_std is None else init_std
+        kp, kq = jax.random.split(key)
+        self.mask = rank_mask(r, width)
+        m = self.mask.astype(dtype)[:, None, :]
+        self.P = std * jax.random.normal(kp, (depth, dim, width), dtype) * m
+        self.Q = std * jax.random.normal(kq, (depth, dim, width), dtype) * m
+        self.combiners = make_combiners(kind, depth, dim, k, dtype)
+        self.kind, self.k = kind, k
+
+    @property
+    def depth(self) -> int:
+        return self.P.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.P.shape[1]
+
+    def _layer(self, t: int, g: Float[Array, " d"]) -> Float[Array, " d"]:
+        m = jax.lax.stop_gradient(self.mask[t]).astype(g.dtype)
+        return (self.P[t] * m[None, :]) @ ((self.Q[t] * m[None, :]).T @ g)
+
+    def forward(self, x: Float[Array, " d"]) -> tuple[Float[Array, " d"], dict[str, Array]]:
+        """Output and per-layer residual-stream states (see ``residual_forward``)."""
+        return residual_forward(self.combiners, self.k, x, self._layer)
+
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
+        return self.forward(x)[0]
+
+    def layer_matrices(self) -> Float[Array, "T d d"]:
+        """The layer weights V_t = P_t Q_t^T (masked)."""
+        m = self.mask.astype(self.P.dtype)[:, None, :]
+        return jnp.einsum("tdr,ter->tde", self.P * m, self.Q * m)
+
+    def end_to_end_matrix(self) -> Float[Array, "d d"]:
+        """The matrix Â with f(x) = Â x (every kind but a gated ``grn_v3``)."""
+        if self.kind == "grn_v3":
+            raise ValueError("end_to_end_matrix: kind 'grn_v3' is not linear; valid kinds: "
+                             "base, res, grn_v1, grn_v2")
+        eye = jnp.eye(self.dim, dtype=self.P.dtype)
+        return jax.vmap(self)(eye).T  # column j is f(e_j)
+
+    def skip(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
+        """The input-slot term of the output combination (I x, αx, Dx, ...)."""
+        return skip_term(self.combiners[-1], x, stack_size(self.depth, self.k))
+
+    def num_params(self) -> int:
+        """Trainable parameters at the active ranks: 2 d r_* plus the combiners'."""
+        r_star = int(self.mask.sum())
+        return 2 * self.dim * r_star + combiner_params(self.kind, self.depth, self.dim, self.k)

@@ -1,0 +1,24 @@
+"""Training and measurement for the toy networks: targets, optax training, rank tools."""
+
+from dca_theory.sim.rank import (
+    JacobianRank,
+    effective_rank,
+    jacobian_rank,
+    numerical_rank,
+    residual_jacobians,
+    stable_rank,
+)
+from dca_theory.sim.targets import (
+    BottleneckTeacher,
+    LinearTarget,
+    gaussian_target,
+    identity_target,
+    spectral_target,
+)
+from dca_theory.sim.train import TrainConfig, evaluate, fit, fit_many, train
+
+__all__ = [
+    "BottleneckTeacher", "JacobianRank", "LinearTarget", "TrainConfig", "effective_rank",
+    "evaluate", "fit", "fit_many", "gaussian_target", "identity_target", "jacobian_rank",
+    "numerical_rank", "residual_jacobians", "spectral_target", "stable_rank", "train",
+]
