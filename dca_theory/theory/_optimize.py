@@ -43,7 +43,7 @@ import heapq
 import numpy as np
 import scipy.linalg
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 
 EPS = np.finfo(np.float64).eps
 
@@ -169,7 +169,7 @@ def _race(starts: dict, step, value, *, rtol: float, race_iter: int, max_iter: i
 
 
 def grn_v2_search(A: np.ndarray, r: int, starts: dict[str, np.ndarray], *, rtol: float = 1e-10,
-                  race_iter: int = 25, max_iter: int = 600):
+                  race_iter: int = 5, max_iter: int = 600):
     """Best (value, D, M, info) of block coordinate descent D <- diag(A - M),
     M <- truncate(A - D, r), from each start diagonal (see :func:`_race`)."""
     def step(state):
@@ -183,8 +183,24 @@ def grn_v2_search(A: np.ndarray, r: int, starts: dict[str, np.ndarray], *, rtol:
     init = {name: (np.asarray(D, dtype=np.float64), truncate(A - np.diag(D), r))
             for name, D in starts.items()}
     (D, M), val, info = _race(init, step, value, rtol=rtol, race_iter=race_iter,
-                              max_iter=max_iter)
+                              max_iter=race_iter)
+    # The descent step is D <- D - grad/2 of F(D) = svd_tail_sq(A - D, r), whose gradient is
+    # -2 diag(A - D - M(D)); quasi-Newton on F converges far faster than the plain steps.
+    res = minimize(_v2_tail_and_grad, D, args=(A, r), jac=True, method="L-BFGS-B",
+                   options={"maxiter": max_iter, "ftol": rtol * 1e-2, "gtol": 1e-12})
+    if res.fun < val:
+        D = res.x
+        M = truncate(A - np.diag(D), r)
+    # finish with exact block steps (monotone) to polish
+    (D, M), val, polish = _race({"polish": (D, M)}, step, value, rtol=rtol,
+                                race_iter=race_iter, max_iter=race_iter)
+    info.update({"lbfgs_iterations": int(res.nit), "converged": bool(res.success)})
     return val, D, M, info
+
+
+def _v2_tail_and_grad(D: np.ndarray, A: np.ndarray, r: int) -> tuple[float, np.ndarray]:
+    R = A - np.diag(D) - truncate(A - np.diag(D), r)
+    return float(np.sum(R**2)), -2.0 * np.diag(R)
 
 
 def v3_objective(A: np.ndarray, D: np.ndarray, M: np.ndarray, w_norm: float,
@@ -208,8 +224,13 @@ def v3_w_step(B: np.ndarray) -> tuple[float, np.ndarray, float]:
 
 
 def grn_v3_search(A: np.ndarray, r: int, starts: dict[str, tuple[np.ndarray, np.ndarray]], *,
-                  rtol: float = 1e-10, race_iter: int = 25, max_iter: int = 600):
-    """Block descent over (w, M, D) from each (D, M) start; returns (best value, info)."""
+                  rtol: float = 1e-10, race_iter: int = 3, max_iter: int = 60):
+    """Block descent over (w, M, D) from each (D, M) start; returns (best value, info).
+
+    The starts' initial values already realise Theorem 4.2's v3 bounds and the v2 optimum, so a
+    short race suffices. The descent converges slowly (linearly) and the v3 gain over v2 is
+    O(1/d), so it stops after ``max_iter`` sweeps; ``info["converged"]`` says whether the
+    relative decrease fell below ``rtol`` first. The value is an upper bound either way."""
     d = A.shape[0]
 
     def gate(D, M):

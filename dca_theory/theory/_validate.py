@@ -69,7 +69,8 @@ def check_rank(r_star, d: int, *, integer: bool = True, allow_d: bool = False) -
         bad |= arr != np.floor(arr)
     if np.any(bad):
         what = "an integer" if integer else "a number"
-        raise ValueError(f"r_star must be {what} with 0 <= r_star {upper}={d}; got {_short(r_star)}")
+        raise ValueError(
+            f"r_star must be {what} with 0 <= r_star {upper}={d}; got {_short(r_star)}")
     return arr.astype(np.int64) if integer else arr
 
 
