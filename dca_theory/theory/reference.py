@@ -102,7 +102,7 @@ def v2_minimise(A: np.ndarray, r: int, starts: list[np.ndarray]) -> tuple[float,
     best_v, best_D = np.inf, None
     for D0 in starts:
         res = minimize(fun, np.asarray(D0, dtype=float), jac=True, method="L-BFGS-B",
-                       options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-10})
+                       options={"maxiter": 200, "ftol": 1e-15, "gtol": 1e-10})
         if res.fun < best_v:
             best_v, best_D = float(res.fun), res.x
     return best_v, best_D
