@@ -1,0 +1,53 @@
+"""Shared helpers for the LM training tests: a tiny stand-in model and an f32 switch.
+
+The stand-in has the model zoo's call signature (``model(tokens_L, *, key=None,
+inference=False) -> logits_LxV``) and is causal (each position sees itself and the previous
+token), so the training machinery can be tested independently of the zoo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from dca_theory.lm.config import ModelConfig
+
+
+class BigramMLP(eqx.Module):
+    embed: eqx.nn.Embedding
+    mix: eqx.nn.Linear
+    out: eqx.nn.Linear
+    dropout: eqx.nn.Dropout
+
+    def __init__(self, cfg: ModelConfig, *, key):
+        k1, k2, k3 = jax.random.split(key, 3)
+        d = cfg.d_model
+        self.embed = eqx.nn.Embedding(cfg.vocab_size, d, key=k1, dtype=jnp.float32)
+        self.mix = eqx.nn.Linear(2 * d, d, key=k2, dtype=jnp.float32)
+        self.out = eqx.nn.Linear(d, cfg.vocab_size, key=k3, dtype=jnp.float32)
+        self.dropout = eqx.nn.Dropout(cfg.dropout)
+
+    def __call__(self, tokens_L, *, key=None, inference=False):
+        x_LxD = jax.vmap(self.embed)(tokens_L)
+        prev_LxD = jnp.concatenate([jnp.zeros_like(x_LxD[:1]), x_LxD[:-1]], axis=0)
+        h_LxD = jax.nn.gelu(jax.vmap(self.mix)(jnp.concatenate([x_LxD, prev_LxD], axis=1)))
+        h_LxD = self.dropout(h_LxD, key=key, inference=inference or key is None)
+        return jax.vmap(self.out)(h_LxD)
+
+
+def build_bigram(cfg: ModelConfig, *, key) -> BigramMLP:
+    return BigramMLP(cfg, key=key)
+
+
+@contextlib.contextmanager
+def float32():
+    """LM tests run in float32 (conftest enables x64 for the theory tests)."""
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)

@@ -1,0 +1,115 @@
+"""Checkpoints: contents, atomic resume, and bitwise-exact kill-and-resume on CPU."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from lm_train_helpers import build_bigram, float32
+
+from dca_theory.lm import train as lm_train
+from dca_theory.lm.checkpoint import Checkpointer
+from dca_theory.lm.config import PRESETS
+from dca_theory.lm.train_config import TRAIN_PRESETS
+
+# dropout > 0 so that resuming must also reproduce the RNG stream exactly
+MODEL = PRESETS["tiny"].replace(d_model=16, max_len=16, dropout=0.2)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _f32():
+    with float32():
+        yield
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "corpus.txt"
+    rng = np.random.default_rng(1)
+    words = ["one", "two", "three", "four", "five", "six", "seven"]
+    path.write_text("\n".join(" ".join(rng.choice(words, 9)) for _ in range(200)) + "\n")
+    return path
+
+
+def _cfg(corpus, steps=7):
+    # grad_accum 2 and an odd total step count: the last checkpoint is not periodic
+    return TRAIN_PRESETS["tiny"].replace(
+        data=str(corpus), bpe_vocab_size=260, batch_size=4, grad_accum=2, steps=steps,
+        warmup_steps=2, log_every=1, eval_every=100, eval_batches=1, checkpoint_every=2,
+        keep_checkpoints=5, progress=False)
+
+
+def _params(workdir, step=None):
+    model, *_ = lm_train.load_run(workdir, build=build_bigram, step=step)
+    return jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+
+
+def _crash_at(n):
+    def hook(done):
+        if done == n:
+            raise Crash(f"simulated kill after step {n}")
+    return hook
+
+
+def test_killed_and_resumed_run_is_bitwise_identical(tmp_path, corpus):
+    ref = lm_train.train_and_evaluate(MODEL, _cfg(corpus), tmp_path / "ref", build=build_bigram)
+    with pytest.raises(Crash):  # dies after step 5: the newest checkpoint is step 4
+        lm_train.train_and_evaluate(MODEL, _cfg(corpus), tmp_path / "run", build=build_bigram,
+                                    hooks=[_crash_at(5)])
+    assert Checkpointer(tmp_path / "run").latest_step() == 4
+    assert not (tmp_path / "run" / "summary.json").exists()
+    resumed = lm_train.train_and_evaluate(MODEL, _cfg(corpus), tmp_path / "run",
+                                          build=build_bigram)
+    assert resumed["resumed_from"] == 4
+    for a, b in zip(_params(tmp_path / "ref"), _params(tmp_path / "run")):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bitwise, not allclose
+    assert resumed["valid_loss"] == ref["valid_loss"]
+    steps = [r["step"] for r in lm_train._read_lines(tmp_path / "run" / "metrics.jsonl")
+             if "loss" in r]
+    assert steps == list(range(1, 8))  # lines after the checkpoint were dropped, not repeated
+
+
+def test_checkpoint_holds_state_step_rng_and_data_position(tmp_path, corpus):
+    from dca_theory.lm.optim import make_optimizer
+
+    cfg = _cfg(corpus, steps=2)
+    lm_train.train_and_evaluate(MODEL, cfg, tmp_path / "w", build=build_bigram)
+    model, tok, model_cfg, train_cfg = lm_train.load_run(tmp_path / "w", build=build_bigram)
+    assert model_cfg.vocab_size == tok.vocab_size and train_cfg == cfg
+    params = eqx.filter(model, eqx.is_inexact_array)
+    template = (params, make_optimizer(cfg).init(params), jax.random.PRNGKey(123))
+    ckpt = Checkpointer(tmp_path / "w")
+    try:
+        assert ckpt.latest_step() == 2
+        (_, opt_state, rng), meta = ckpt.restore(template)
+    finally:
+        ckpt.close()
+    assert meta == {"step": 2, "data_step": 2, "seed": 0}
+    counts = [int(x) for x in jax.tree_util.tree_leaves(opt_state) if x.dtype == jnp.int32]
+    assert counts and set(counts) == {2}  # AdamW has made exactly two updates
+    expected_rng = jax.random.split(jax.random.PRNGKey(cfg.seed))[1]
+    np.testing.assert_array_equal(rng, expected_rng)
+
+
+def test_finished_run_is_not_retrained_and_can_be_extended(tmp_path, corpus):
+    lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w", build=build_bigram)
+    again = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w",
+                                        build=build_bigram, hooks=[_crash_at(1)])
+    assert again["resumed_from"] == 2  # the crash hook never fired: no step was retrained
+    longer = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=4), tmp_path / "w",
+                                         build=build_bigram)
+    assert longer["resumed_from"] == 2 and Checkpointer(tmp_path / "w").latest_step() == 4
+
+
+def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
+    lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w", build=build_bigram)
+    with pytest.raises(ValueError, match=r"different model\.d_model"):
+        lm_train.train_and_evaluate(MODEL.replace(d_model=8), _cfg(corpus, steps=4),
+                                    tmp_path / "w", build=build_bigram)
+    assert Checkpointer(tmp_path / "w").latest_step() == 2  # nothing was overwritten
