@@ -91,7 +91,9 @@ def grn_v1_general(A: np.ndarray, r: int, *, rtol: float = 1e-12,
         evals += 1
         return svd_tail_sq(A - a * eye, r)
 
-    floor_tol = 64 * EPS * float(np.sum(A**2))  # round-off level of one evaluation
+    # round-off level of one evaluation: SVD errors scale with ||A - alpha I|| on the bracket,
+    # which is at most a small multiple of ||A - (tr A / d) I||
+    floor_tol = 64 * EPS * float(np.sum((A - np.trace(A) / d * eye) ** 2))
     if hi - lo <= 4 * EPS * max(abs(lo), abs(hi), 1.0):
         return f(lo), lo, {"certified_gap": 0.0, "evaluations": evals, "bracket": [lo, hi]}
     grid = np.linspace(lo, hi, 33 + min(d, 96))
