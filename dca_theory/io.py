@@ -45,6 +45,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -122,6 +123,7 @@ class RunDir:
         os.close(fd)
         try:
             np.savez_compressed(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
+            os.chmod(tmp, 0o644)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
