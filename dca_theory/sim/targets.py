@@ -104,19 +104,21 @@ class BottleneckTeacher(eqx.Module):
     Args:
         dim: d. rank: k (1 <= k <= d). alpha: the skip scale (1 = ResNet-friendly; alpha != 1
         puts (alpha - 1) I into the residual a ResNet must fit, which a GRN-v1 absorbs).
-        hidden: width of h (default 2k). scale: RMS per coordinate of h(g(x)) for x ~ N(0, I)
-        (set by rescaling H_2 on 4096 samples).
+        hidden: width of h (default 2 * max(k, pad_rank)). scale: RMS per coordinate of h(g(x))
+        for x ~ N(0, I) (set by rescaling H_2 on 4096 samples). pad_rank: store G with this
+        many rows, the ones past k zero (same function, rank k), so that teachers of different
+        ranks stack into one batch for ``fit_many``.
     """
 
     G: Float[Array, "k d"]
     H1: Float[Array, "m k"]
     c: Float[Array, " m"]
     H2: Float[Array, "d m"]
-    alpha: float = eqx.field(static=True)
+    alpha: Float[Array, ""]
 
     def __init__(
         self, dim: int, rank: int, *, key: Array, alpha: float = 1.0, hidden: int | None = None,
-        scale: float = 1.0, dtype=jnp.float32,
+        scale: float = 1.0, pad_rank: int | None = None, dtype=jnp.float32,
     ):
         dim = _check_dim(dim)
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not (
@@ -125,14 +127,17 @@ class BottleneckTeacher(eqx.Module):
             raise ValueError(f"teacher bottleneck rank must be an integer in [1, {dim}], "
                              f"got {rank!r}")
         check_finite("teacher alpha/scale", np.array([alpha, scale], dtype=float))
-        m = 2 * rank if hidden is None else hidden
+        stored = rank if pad_rank is None else int(pad_rank)
+        if not rank <= stored <= dim:
+            raise ValueError(f"pad_rank must lie in [rank={rank}, dim={dim}], got {pad_rank}")
+        m = 2 * stored if hidden is None else hidden
         kg, k1, kc, k2, ks = jax.random.split(key, 5)
         q, _ = jnp.linalg.qr(jax.random.normal(kg, (dim, rank), dtype))
-        self.G = q.T
-        self.H1 = jax.random.normal(k1, (m, rank), dtype) * 1.5 / np.sqrt(rank)
+        self.G = jnp.zeros((stored, dim), dtype).at[:rank].set(q.T)
+        self.H1 = jax.random.normal(k1, (m, stored), dtype) * 1.5 / np.sqrt(rank)
         self.c = 0.5 * jax.random.normal(kc, (m,), dtype)
         self.H2 = jax.random.normal(k2, (dim, m), dtype) / np.sqrt(m)
-        self.alpha = float(alpha)
+        self.alpha = jnp.asarray(alpha, dtype)
         probe = jax.vmap(self.residual)(jax.random.normal(ks, (4096, dim), dtype))
         rms = jnp.sqrt(jnp.mean(probe**2))
         self.H2 = self.H2 * (scale / rms)
@@ -143,7 +148,8 @@ class BottleneckTeacher(eqx.Module):
 
     @property
     def rank(self) -> int:
-        return self.G.shape[0]
+        """k: the number of non-zero rows of G (host-side)."""
+        return int(np.sum(np.any(np.asarray(self.G) != 0, axis=1)))
 
     def residual(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
         """h(g(x)), the part of bottleneck rank k."""

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 
 from dca_theory.sim.targets import check_finite
 
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 LOSSES = ("sample", "population")
 
 
@@ -39,6 +39,7 @@ class TrainConfig:
     learning_rate: float = 1e-2
     noise_std: float = 0.0
     loss: str = "sample"
+    weight_decay: float = 0.0  # adamw only; decays the layer weights, never the combiners
 
     def __post_init__(self):
         if self.steps < 1:
@@ -55,12 +56,19 @@ class TrainConfig:
                              f"{self.learning_rate}, {self.noise_std}")
 
 
-def make_optimizer(name: str, learning_rate) -> optax.GradientTransformation:
+def _layer_weights(params):
+    """Weight-decay mask: the stacked layer weights (P, Q, U, V: 3-D), not the GRN b, w."""
+    return jax.tree_util.tree_map(lambda a: a is not None and a.ndim == 3, params)
+
+
+def make_optimizer(name: str, learning_rate, weight_decay: float = 0.0):
     """``learning_rate`` may be a traced scalar (so learning rates can be vmapped)."""
     if name == "sgd":
         return optax.sgd(learning_rate)
     if name == "adam":
         return optax.adam(learning_rate)
+    if name == "adamw":
+        return optax.adamw(learning_rate, weight_decay=weight_decay, mask=_layer_weights)
     raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
@@ -85,7 +93,7 @@ def fit(model, target, key: Array, cfg: TrainConfig, learning_rate=None):
     """Train one model; return ``(trained_model, losses)`` with the loss before every step."""
     lr = cfg.learning_rate if learning_rate is None else learning_rate
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt = make_optimizer(cfg.optimizer, lr)
+    opt = make_optimizer(cfg.optimizer, lr, cfg.weight_decay)
     dtype = _dtype_of(model)
     dim = model.dim
 
