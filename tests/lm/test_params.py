@@ -1,0 +1,76 @@
+"""Parameter counts: the paper preset, closed form vs counted arrays, the ``lm info`` table."""
+
+import jax
+import pytest
+
+from dca_theory.lm.config import LM_RESIDUALS, PRESETS
+from dca_theory.lm.model import build_model
+from dca_theory.lm.params import (
+    PAPER_REPORTED_M,
+    count_params,
+    count_params_abstract,
+    info_rows,
+    info_table,
+    num_params,
+)
+
+PAPER, TINY = PRESETS["paper"], PRESETS["tiny"]
+VARIANTS = [(r, None) for r in LM_RESIDUALS] + [("dca", 0), ("dca", 1), ("dca", 2), ("dca", 9)]
+
+
+def test_paper_vanilla_is_flax_lm1b_count():
+    # Exact: the Flax lm1b default model has 49,653,040 parameters (the paper's 49.65M).
+    assert num_params(PAPER) == 49_653_040
+    assert count_params_abstract(PAPER) == 49_653_040
+
+
+@pytest.mark.parametrize("residual,k", VARIANTS)
+def test_closed_form_matches_model(residual, k):
+    for base in (TINY, PAPER):
+        cfg = base.replace(residual=residual, k=k)
+        assert count_params_abstract(cfg) == num_params(cfg), cfg
+
+
+def test_counting_a_built_model_matches_abstract_count(getkey):
+    cfg = TINY.replace(residual="dca", k=1)
+    assert count_params(build_model(cfg, key=getkey())) == count_params_abstract(cfg)
+
+
+@pytest.mark.parametrize("residual", sorted(PAPER_REPORTED_M))
+def test_paper_preset_near_reported_totals(residual):
+    ours = num_params(PAPER.replace(residual=residual)) / 1e6
+    # The paper prints two decimals; GRN-v3 (-0.009M) and DCA (-0.019M) are the known gaps
+    # explained in params.py, so 0.025M bounds every kind.
+    assert abs(ours - PAPER_REPORTED_M[residual]) < 0.025
+
+
+def test_k_dca_overhead_is_bounded_by_depth_independent_stack():
+    # k-DCA stacks hold at most k + 2 entries: its GRN overhead stops growing with depth.
+    def extra(n_layers, k):
+        cfg = TINY.replace(residual="dca", k=k, n_layers=n_layers)
+        return num_params(cfg) - num_params(cfg.replace(residual="vanilla", k=None))
+
+    per_layer = extra(12, 2) - extra(11, 2)
+    assert per_layer == extra(13, 2) - extra(12, 2)
+    assert per_layer == 3 * (4 * TINY.d_model + TINY.d_model) + 2 * 2 * TINY.d_model
+    assert extra(12, None) - extra(11, None) > per_layer
+
+
+def test_info_table_lists_every_kind():
+    text = info_table(PAPER.replace(residual="dca", k=2))
+    assert "49,653,040" in text and "49,710,896" in text
+    for kind in LM_RESIDUALS:
+        assert kind in text
+    assert "dca (k=2)" in text
+    rows = {r["residual"]: r for r in info_rows(TINY)}
+    assert rows["vanilla"]["overhead"] == 0 and rows["dca"]["paper_M"] is None
+    assert set(rows) == set(LM_RESIDUALS)
+
+
+def test_abstract_count_allocates_nothing():
+    # eval_shape must not materialise the 50M-parameter model (it returns ShapeDtypeStructs).
+    import equinox as eqx
+
+    shapes = eqx.filter_eval_shape(build_model, PAPER, key=jax.random.PRNGKey(0))
+    assert all(isinstance(x, jax.ShapeDtypeStruct)
+               for x in jax.tree_util.tree_leaves(shapes))

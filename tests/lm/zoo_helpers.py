@@ -1,0 +1,58 @@
+"""Shared helpers for the model-zoo tests (test_model, test_baselines, test_retrofit, ...).
+
+One jitted forward function for all zoo test files: models with equal structure (same config)
+then reuse one compilation, which keeps the default test set fast on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dca_theory.lm.config import PRESETS
+
+TINY = PRESETS["tiny"]
+F64 = TINY.replace(param_dtype="float64", compute_dtype="float64")
+L = TINY.max_len
+# float32: a few ulps of the logit scale (summation order differs: the GRN sums the stack at
+# once, vanilla adds recursively); float64: the same relative to float64's epsilon.
+TOL = {"float32": 1e-6, "float64": 1e-12}
+
+
+@eqx.filter_jit
+def logits(model, toks):
+    return model(toks, inference=True)
+
+
+@eqx.filter_jit
+def logits_with_dropout(model, toks, key):
+    return model(toks, key=key)
+
+
+def tokens(seed=0, length=L):
+    return jax.random.randint(jax.random.PRNGKey(seed), (length,), 0, TINY.vocab_size)
+
+
+def assert_close_logits(a, b, dtype):
+    scale = float(jnp.max(jnp.abs(b)))
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=TOL[dtype] * scale)
+
+
+def perturb(tree, key, scale=0.1):
+    """Add N(0, scale²) noise to every float array of ``tree`` (weights away from their init)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree_util.tree_unflatten(treedef, [
+        x + scale * jax.random.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
+        for x, k in zip(leaves, keys)
+    ])
+
+
+def causal_jacobian_norms(model, x_LxD):
+    """``N[i, j] = ‖d logits[i, 3] / d x[j]‖`` for every pair of positions."""
+    jac = eqx.filter_jit(
+        lambda m, x: jax.jacrev(lambda y: m.apply_embedded(y, inference=True)[:, 3])(x)
+    )(model, x_LxD)
+    return np.asarray(jnp.linalg.norm(jac, axis=-1))
