@@ -106,7 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lm"]:
+        # argparse's REMAINDER drops a leading option ("lm --help"): hand lm its args verbatim
+        args = argparse.Namespace(func=_cmd_lm, lm_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError) as err:
