@@ -1,0 +1,185 @@
+"""The ViT: patch embedding = strided convolution, sin-cos positions, shapes for every residual
+kind, DCA-at-init = vanilla with the same weights, the ViT-S/16 parameter count, bad configs.
+
+Equality tests run in float64 at 1e-6 relative to the logit scale (the brief's tolerance; the
+only difference between the models is the order of summation of the residual stream, so the
+observed gap is ~1e-15). The convolution comparison uses 1e-10: the same products, summed in a
+different order by ``conv_general_dilated``.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
+from dca_theory.residual import make_combiner
+from dca_theory.vit.config import PRESETS, ViTConfig, preset
+from dca_theory.vit.model import ViT, count_params, num_params, patchify, retrofit, sincos_2d
+
+TINY64 = preset("digits_tiny", param_dtype="float64")
+
+
+def perturb(model, key, scale=0.3):
+    """Every parameter plus N(0, scale^2) noise: a 'trained' model with non-trivial LN scales,
+    positions, class token and head (the zero-initialised head would make logits trivially 0)."""
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    noisy = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, noisy), static)
+
+
+@eqx.filter_jit
+def logits_jit(model, images_BxHxWxC):
+    # One jitted function for the file: one compilation per model structure instead of
+    # op-by-op dispatch, which dominates the run time of these tests on CPU.
+    return jax.vmap(model)(images_BxHxWxC)
+
+
+def forward(model, image_HxWxC):
+    return logits_jit(model, image_HxWxC[None])[0]
+
+
+def image(cfg, seed=0):
+    shape = (cfg.image_size, cfg.image_size, cfg.channels)
+    return jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.dtype(cfg.param_dtype))
+
+
+def assert_close(a, b):
+    scale = float(jnp.max(jnp.abs(b)))
+    assert scale > 0.1  # a non-degenerate comparison (perturbed head)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6 * scale)
+
+
+def test_patch_embedding_equals_strided_convolution(getkey):
+    cfg = preset("digits_tiny", channels=3, param_dtype="float64")
+    model = perturb(ViT(cfg, key=getkey()), getkey())
+    x_HxWxC = image(cfg)
+    p, d = cfg.patch_size, cfg.d_model
+    kernel = model.w_patch_PxD.reshape(p, p, cfg.channels, d)  # patches flatten as (row, col, ch)
+    conv = jax.lax.conv_general_dilated(x_HxWxC[None], kernel, (p, p), "VALID",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))[0]
+    expected = conv.reshape(cfg.num_patches, d) + model.b_patch_D[None, :] + model.pos_NxD
+    got = eqx.filter_jit(lambda m, x: m.embed(x))(model, x_HxWxC)[1:]  # drop the class token
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=0, atol=1e-10)
+
+
+def test_patchify_order():
+    x = jnp.arange(4 * 4 * 1.0).reshape(4, 4, 1)
+    # Patch (0, 1) of a 4x4 image in 2x2 patches holds pixels (0,2), (0,3), (1,2), (1,3).
+    np.testing.assert_array_equal(np.asarray(patchify(x, 2)[1]), [2.0, 3.0, 6.0, 7.0])
+
+
+def test_sincos_2d_matches_big_vision_formula():
+    grid, dim = 3, 8
+    got = np.asarray(sincos_2d(grid, dim))
+    omega = 1.0 / 10_000.0 ** (np.arange(dim // 4) / (dim // 4 - 1))
+    for n in range(grid * grid):
+        y, x = divmod(n, grid)  # row-major patches: token n is row y, column x
+        row = np.concatenate([np.sin(x * omega), np.cos(x * omega), np.sin(y * omega),
+                              np.cos(y * omega)])
+        np.testing.assert_allclose(got[n], row, rtol=0, atol=1e-6)  # float32 trig
+
+
+@pytest.mark.parametrize("residual,k,pool,positions", [
+    ("vanilla", None, "cls", "learned"),
+    ("dca", None, "gap", "sincos2d"),
+    pytest.param("dca", 1, "cls", "sincos2d", marks=pytest.mark.slow),
+    pytest.param("grn_v2", None, "gap", "learned", marks=pytest.mark.slow),
+])
+def test_shapes_and_finite(residual, k, pool, positions, getkey):
+    cfg = preset("digits_tiny", residual=residual, k=k, pool=pool, positions=positions)
+    model = perturb(ViT(cfg, key=getkey()), getkey())
+    images = jax.random.normal(getkey(), (3, 8, 8, 1))
+    logits = logits_jit(model, images)
+    assert logits.shape == (3, cfg.num_classes) and bool(jnp.all(jnp.isfinite(logits)))
+    h, states = eqx.filter_jit(lambda m, x: m.forward_with_states(x))(model, images[0])
+    assert states["final"].shape == (cfg.num_tokens, cfg.d_model)
+    assert cfg.num_tokens == 16 + (pool == "cls")
+
+
+@pytest.mark.parametrize("residual,k", [
+    ("dca", None), ("dca", 1), pytest.param("grn_v3", None, marks=pytest.mark.slow)])
+def test_retrofit_equals_vanilla_with_same_weights(residual, k, getkey):
+    vanilla = perturb(ViT(TINY64, key=getkey()), getkey())
+    model = retrofit(vanilla, residual, k)
+    assert isinstance(model.trunk, DCATrunk if residual == "dca" else ResidualTrunk)
+    assert model.cfg.residual == residual and model.cfg.k == k
+    x = image(TINY64, seed=1)
+    assert_close(forward(model, x), forward(vanilla, x))
+
+
+def test_dca_from_same_key_equals_vanilla_at_init(getkey):
+    # The trunk draws block weights from per-layer keys shared by every kind, so "same key"
+    # means "same weights"; perturb the head so the logits are not trivially zero.
+    key, head_key = getkey(), getkey()
+    models = {}
+    for residual in ("vanilla", "dca"):
+        m = ViT(TINY64.replace(residual=residual), key=key)
+        models[residual] = eqx.tree_at(
+            lambda m: m.w_head_DxK, m,
+            jax.random.normal(head_key, m.w_head_DxK.shape, m.w_head_DxK.dtype))
+    x = image(TINY64, seed=2)
+    assert_close(forward(models["dca"], x), forward(models["vanilla"], x))
+
+
+def test_dca_with_trained_grns_differs_from_vanilla(getkey):
+    # Negative control: the equality above is not vacuous.
+    vanilla = perturb(ViT(TINY64, key=getkey()), getkey())
+    model = retrofit(vanilla, "dca")
+    blk = model.trunk.blocks[1]
+    grn = make_combiner("grn_v3", blk.grn_q.size, TINY64.d_model, dtype=jnp.float64,
+                        init="random", key=getkey())
+    model = eqx.tree_at(lambda m: m.trunk.blocks[1].grn_q, model, grn)
+    x = image(TINY64, seed=3)
+    assert float(jnp.max(jnp.abs(forward(model, x) - forward(vanilla, x)))) > 1e-3
+
+
+def test_retrofit_rejects_bad_input(getkey):
+    vanilla = ViT(TINY64, key=getkey())
+    with pytest.raises(ValueError, match="cannot retrofit into residual='laurel_pa'"):
+        retrofit(vanilla, "laurel_pa")
+    with pytest.raises(ValueError, match="needs a vanilla source"):
+        retrofit(retrofit(vanilla, "dca"), "dca")
+
+
+def test_s16_parameter_count():
+    # ViT-S/16 by hand: patch Dense (16*16*3 -> 384, bias); per block 4 bias-free 384x384
+    # attention maps, a 384-1536-384 MLP with biases, 2 LayerNorms; final LN; 1000-way head.
+    # GAP + fixed sin-cos positions add no parameters.
+    d, f, depth = 384, 1536, 12
+    per_block = 4 * d * d + (d * f + f) + (f * d + d) + 2 * 2 * d
+    expected = (16 * 16 * 3 * d + d) + depth * per_block + 2 * d + (d * 1000 + 1000)
+    assert count_params(PRESETS["s16"]) == expected == 21_956_200  # "22M" in the paper
+    # DCA adds 3 GRN-v3 and 2 LayerNorms per block and one output GRN-v3 (stack sizes t+1).
+    grn = sum(3 * ((t + 1) * d + d) + 2 * 2 * d for t in range(depth)) + (depth + 1) * d + d
+    assert count_params(preset("s16", residual="dca")) == expected + grn
+
+
+def test_count_params_matches_built_model(getkey):
+    cfg = preset("digits_tiny", residual="dca")
+    assert count_params(cfg) == num_params(ViT(cfg, key=getkey()))
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"image_size": 10, "patch_size": 4}, "not a multiple of patch_size"),
+    ({"residual": "resnet"}, "unknown residual 'resnet'"),
+    ({"pool": "max"}, "pool must be one of cls, gap"),
+    ({"positions": "rope"}, "positions must be one of"),
+    ({"d_model": 18, "n_heads": 2}, "divisible by 4"),
+    ({"k": 2}, "only valid with residual='dca'"),
+    ({"n_layers": 0}, "n_layers must be an integer >= 1"),
+])
+def test_bad_config(changes, match):
+    with pytest.raises(ValueError, match=match):
+        ViTConfig(**changes)
+
+
+def test_unknown_preset_and_wrong_image_shape(getkey):
+    with pytest.raises(ValueError, match="unknown ViT preset 'b16'"):
+        preset("b16")
+    model = ViT(PRESETS["digits_tiny"], key=getkey())
+    with pytest.raises(ValueError, match=r"expected \(8, 8, 1\)"):
+        model(jnp.zeros((8, 8, 3)))
