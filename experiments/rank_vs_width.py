@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dca_theory.io import RunDir
+from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
 from dca_theory.paths import default_run_dir
 from dca_theory.sim import BottleneckTeacher, TrainConfig, effective_rank, fit_many, numerical_rank
@@ -180,20 +180,58 @@ def _aggregate(rows, cfg) -> dict:
     return {"cells": out, "gain_over_res": gains}
 
 
+def _groups(cfg) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for w in cfg.widths:
+        groups.setdefault(_bucket_of(w, cfg.buckets), []).append(w)
+    return groups
+
+
+def _cached_bucket(path: Path, kind, bucket, widths, cfg, teachers, pbar=None) -> list[dict]:
+    """Run one (kind, bucket) program or load its rows from a previous (interrupted) run."""
+    cache = path / f"job_{kind}__{bucket}.json"
+    if cache.exists() and read_json(cache)["config"] == to_jsonable(cfg):
+        rows = read_json(cache)["rows"]
+        if pbar is not None:
+            pbar.update(len(rows))
+        return rows
+    rows = run_bucket(kind, bucket, widths, cfg, teachers, pbar)
+    write_json(cache, {"config": cfg, "rows": rows})
+    return rows
+
+
+def work(out=None, quick: bool = False) -> None:
+    """Worker: run every (kind, bucket) job not yet cached or claimed (``.lock``) in the run
+    directory; start several to share a sweep, then ``main`` assembles it."""
+    cfg = QUICK if quick else RankWidthConfig()
+    _check(cfg)
+    path = Path(out or default_run_dir(NAME, quick))
+    path.mkdir(parents=True, exist_ok=True)
+    teachers = _teachers(cfg)
+    for kind in cfg.kinds:
+        for bucket, widths in _groups(cfg).items():
+            lock = path / f"job_{kind}__{bucket}.lock"
+            try:
+                lock.touch(exist_ok=False)
+            except FileExistsError:
+                continue
+            try:
+                _cached_bucket(path, kind, bucket, widths, cfg, teachers)
+            finally:
+                lock.unlink(missing_ok=True)
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     cfg = QUICK if quick else RankWidthConfig()
     _check(cfg)
     run = RunDir(out or default_run_dir(NAME, quick), cfg, overwrite=overwrite)
     teachers = _teachers(cfg)
-    groups: dict[int, list[int]] = {}
-    for w in cfg.widths:
-        groups.setdefault(_bucket_of(w, cfg.buckets), []).append(w)
     total = len(cfg.kinds) * len(cfg.widths) * len(cfg.teachers) * cfg.seeds
     rows = []
     with tqdm(total=total, desc="rank_vs_width runs", unit="run") as pbar:
         for kind in cfg.kinds:
-            for bucket, widths in groups.items():
-                new = run_bucket(kind, bucket, widths, cfg, teachers, pbar)
+            for bucket, widths in _groups(cfg).items():
+                new = _cached_bucket(run.path, kind, bucket, widths, cfg, teachers, pbar)
                 for r in new:
                     run.log(**r)
                 rows += new

@@ -1,0 +1,47 @@
+"""Figure 1 (both panels): training MSE (log scale) of ResNet vs GRN-v1/v2/v3 on (a) the
+identity and (b) a random linear map y = A x + b, from ``experiments/results/fig1``.
+The curve of each kind is at its best learning rate (see ``experiments/fig1.py``); the band
+spans the seeds. Reads saved results only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import read_json
+from figures.style import ARCH_COLORS, ARCH_LABELS, figure, save
+
+KIND = "experiment"
+TITLES = {"identity": "(a) learn the identity", "gaussian": "(b) learn y = Ax + b"}
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    run = Path(results_dir) / "fig1"
+    if not (run / "summary.json").exists():
+        raise FileNotFoundError(f"no fig1 results at {run}; run `dca-theory run fig1` first")
+    summary = read_json(run / "summary.json")
+    curves = np.load(run / "curves.npz")
+    cfg = summary["config"]
+    fig, axes = figure(2, height=2.4)
+    rows = []
+    for ax, task in zip(axes, cfg["tasks"]):
+        for kind in cfg["kinds"]:
+            key = f"{task}__{kind}"
+            if key not in curves:
+                continue
+            c = np.where(np.isfinite(curves[key]), curves[key], np.nan)  # (seeds, steps)
+            steps = np.arange(c.shape[1])
+            lr = summary["results"][f"{task}/{kind}"]["best_lr"]
+            med = np.nanmedian(c, axis=0)
+            ax.plot(steps, med, color=ARCH_COLORS[kind], label=f"{ARCH_LABELS[kind]} (lr {lr:g})")
+            ax.fill_between(steps, np.nanmin(c, 0), np.nanmax(c, 0), color=ARCH_COLORS[kind],
+                            alpha=0.2, lw=0)
+            rows += [{"task": task, "kind": kind, "lr": lr, "step": int(s), "mse_median": m}
+                     for s, m in zip(steps[::10], med[::10])]
+        ax.set_yscale("log")
+        ax.set_xlabel("SGD step (batch %d)" % cfg["batch_size"])
+        ax.set_ylabel("training MSE per coordinate")
+        ax.set_title(TITLES.get(task, task))
+        ax.legend(loc="upper right")
+    return save(fig, out_dir, "fig_toy_fig1", rows=rows)
