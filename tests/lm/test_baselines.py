@@ -9,7 +9,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from zoo_helpers import F64, TINY, L, causal_jacobian_norms, logits, perturb
+from zoo_helpers import (
+    F64,
+    TINY,
+    L,
+    apply_block,
+    apply_branch,
+    apply_trunk,
+    causal_jacobian_norms,
+    logits,
+    perturb,
+)
 from zoo_helpers import tokens as toks
 
 from dca_theory.lm.config import PRESETS
@@ -37,12 +47,8 @@ def test_init_equals_vanilla_and_extra_params_matter(residual, getkey):
     assert float(jnp.max(jnp.abs(logits(changed, toks()) - ref))) > 1e-3
 
 
-@pytest.mark.parametrize("residual", [
-    "hyper_connections",
-    pytest.param("laurel_pa", marks=pytest.mark.slow),
-    pytest.param("denseformer", marks=pytest.mark.slow),
-    pytest.param("laurel_lr", marks=pytest.mark.slow),
-])
+@pytest.mark.slow  # ~10 s each on 2 cores (a Jacobian compile per kind)
+@pytest.mark.parametrize("residual", BASELINES)
 def test_causal(residual, getkey):
     model = build_model(F64.replace(residual=residual), key=getkey())
     model = perturb(model, getkey(), 0.05)  # non-trivial mixing weights
@@ -57,9 +63,9 @@ def test_denseformer_matches_dwa_formula(getkey):
     x = jax.random.normal(getkey(), (L, TINY.d_model), jnp.float64)
     states, y = [x], x
     for blk, dwa in zip(trunk.blocks, trunk.dwa):
-        states.append(blk(y, causal=True))  # X_i = B_i(Y_{i-1}), a full block output
+        states.append(apply_block(blk, y))  # X_i = B_i(Y_{i-1}), a full block output
         y = sum(a * s for a, s in zip(dwa.b, states))  # Y_i = sum_j alpha_ij X_j
-    np.testing.assert_allclose(trunk(x, causal=True), y, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(apply_trunk(trunk, x), y, rtol=1e-10, atol=1e-10)
 
 
 def test_hyper_connections_match_formula(getkey):
@@ -76,9 +82,9 @@ def test_hyper_connections_match_formula(getkey):
         Am = p.s_alpha * np.tanh(Hn @ p.w_m_D) + p.am0_N               # (L, n)
         Ar = p.s_alpha * np.tanh(Hn @ p.w_r_DxN) + p.ar0_NxN           # (L, n, n)
         h0 = np.stack([Am[t] @ H[t] for t in range(L)])                # A_m^T H per token
-        f = np.asarray(blk.branch(jnp.asarray(h0), causal=True))
+        f = np.asarray(apply_branch(blk, jnp.asarray(h0)))
         H = np.stack([np.outer(B[t], f[t]) + Ar[t].T @ H[t] for t in range(L)])
-    np.testing.assert_allclose(trunk(jnp.asarray(x), causal=True), H.sum(1),
+    np.testing.assert_allclose(apply_trunk(trunk, jnp.asarray(x)), H.sum(1),
                                rtol=1e-10, atol=1e-10)
 
 
@@ -94,8 +100,8 @@ def test_laurel_matches_formula(residual, getkey):
             aug = xi @ lr.a_DxR @ lr.b_RxD                             # B A x_i
         else:                                                         # sum_j gamma_ij h_i(x_j)
             aug = sum(g * (xj @ lr.a_DxR @ lr.b_RxD) for g, xj in zip(trunk.gammas[t].b, acts))
-        acts.append(blk(xi, causal=True) + aug)
-    np.testing.assert_allclose(trunk(x, causal=True), acts[-1], rtol=1e-10, atol=1e-10)
+        acts.append(apply_block(blk, xi) + aug)
+    np.testing.assert_allclose(apply_trunk(trunk, x), acts[-1], rtol=1e-10, atol=1e-10)
 
 
 def test_hc_expansion_is_configurable(getkey):

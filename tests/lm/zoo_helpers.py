@@ -56,3 +56,24 @@ def causal_jacobian_norms(model, x_LxD):
         lambda m, x: jax.jacrev(lambda y: m.apply_embedded(y, inference=True)[:, 3])(x)
     )(model, x_LxD)
     return np.asarray(jnp.linalg.norm(jac, axis=-1))
+
+
+@eqx.filter_jit
+def apply_block(block, x_LxD):
+    """A pre-LN block's output ``x + f(x)`` (causal); one compilation per block structure."""
+    return block(x_LxD, causal=True)
+
+
+@eqx.filter_jit
+def apply_branch(block, x_LxD):
+    return block.branch(x_LxD, causal=True)
+
+
+@eqx.filter_jit
+def apply_trunk(trunk, x_LxD):
+    return trunk(x_LxD, causal=True)
+
+
+@eqx.filter_jit
+def states_of(model, toks):
+    return model.forward_with_states(toks, inference=True)[1]
