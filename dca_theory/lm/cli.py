@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from dca_theory.lm.config import LM_RESIDUALS, PRESETS, ModelConfig
-from dca_theory.lm.train_config import COMPUTE_DTYPES, TRAIN_PRESETS, TrainConfig
+from dca_theory.lm.train_config import TRAIN_PRESETS, TrainConfig
 
 
 class _Parser(argparse.ArgumentParser):

@@ -49,7 +49,7 @@ def default_builder(cfg: ModelConfig, *, key) -> eqx.Module:
 
 def resolve_configs(model_cfg: ModelConfig, train_cfg: TrainConfig,
                     corpus: lm_data.Corpus) -> tuple[ModelConfig, int]:
-    """The data defines ``vocab_size``; ``seq_len`` defaults to ``max_len`` and may not exceed it."""
+    """The data defines ``vocab_size``; ``seq_len`` defaults to ``max_len``, never above it."""
     seq_len = train_cfg.seq_len or model_cfg.max_len
     if seq_len > model_cfg.max_len:
         raise ValueError(f"seq_len {seq_len} exceeds the model's max_len {model_cfg.max_len}")
@@ -151,6 +151,10 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
     model_cfg, seq_len = resolve_configs(model_cfg, train_cfg, corpus)
     if resuming:
         _check_resume_compatible(workdir, model_cfg, train_cfg)
+        done = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
+        if done and max(done) > train_cfg.steps:
+            raise ValueError(f"workdir {workdir} already holds a checkpoint at step {max(done)}"
+                             f" > --steps {train_cfg.steps}; pass --steps >= {max(done)}")
     mesh = shd.make_mesh()
     shd.check_batch_divisible(train_cfg.batch_size, train_cfg.grad_accum, mesh)
     init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
@@ -219,6 +223,7 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
     summary = {
         "steps": train_cfg.steps, "resumed_from": start, "seq_len": seq_len,
         "init_from": str(init_from) if init_from is not None else None,
+        "devices": mesh.size, "processes": jax.process_count(),
         "n_params": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
         "final_train_loss": loop.last_loss,
         **{f"{s}_{k}": v for s, r in final.items() for k, v in r.items()},

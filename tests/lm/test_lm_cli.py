@@ -66,6 +66,7 @@ def test_eval_and_sample_of_a_missing_run(tmp_path, capsys):
     assert "no training run in" in _error_line(capsys)
 
 
+@pytest.mark.slow  # compiles the real model three times: ~1 min of CPU
 def test_train_resume_eval_sample_end_to_end(tmp_path, corpus, capsys):
     workdir = tmp_path / "run"
     small = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-mlp", "32",
@@ -97,6 +98,7 @@ def test_info_reports_the_paper_parameter_count(capsys):
         assert kind in out
 
 
+@pytest.mark.slow  # two real-model runs: ~1 min of CPU
 def test_retrofit_vanilla_run_into_dca_keeps_its_function(tmp_path, corpus, capsys):
     pytest.importorskip("dca_theory.lm.retrofit")
     from dca_theory.io import read_json

@@ -157,8 +157,10 @@ def test_golden_one_step_loss():
 def test_real_tiny_dca_model_trains_one_step():
     pytest.importorskip("dca_theory.lm.model")
     cfg = PRESETS["tiny"].replace(residual="dca", k=2, vocab_size=50, max_len=16)
-    params, static, opt, opt_state = _setup(cfg, build=lm_train.default_builder)
-    step = jax.jit(make_train_step(static, opt, TrainConfig(warmup_steps=1)))
+    # warm-up 0: a constant learning rate, so the very first update already moves the weights
+    train_cfg = TrainConfig(warmup_steps=0)
+    params, static, opt, opt_state = _setup(cfg, train_cfg, build=lm_train.default_builder)
+    step = jax.jit(make_train_step(static, opt, train_cfg))
     # (jit vs eager is checked on the stand-in: eager transformer steps take minutes on CPU)
     p1, o1, m1 = step(params, opt_state, jax.random.PRNGKey(0), _batch(), jnp.int32(1))
     _, _, m2 = step(p1, o1, jax.random.PRNGKey(0), _batch(), jnp.int32(2))
