@@ -86,6 +86,45 @@ def _thresholds_sufficient(kind, d, kappa, lam_max, seed, data, constant):
         assert _certificate(kind, A, eigs, int(rp)) < er_res(r) * (1 - 1e-12), (r, rp)
 
 
+def _two_level_target(d, r, kappa, seed):
+    """Worst case for (C.2): A - I has r eigenvalues 1 and d - r equal to kappa."""
+    lam = np.full(d, kappa)
+    lam[:r] = 1.0
+    O = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))[0]
+    A = np.eye(d) + (O * lam) @ O.T
+    return A, 1.0 + lam, float(np.sum(lam[r:] ** 2))
+
+
+def _integer_forms_worst_case(kind, d, kappa, seed, data):
+    """Thm 4.3 with integer ranks (lemma='integer'): threshold sufficient and gain bound valid
+    at EVERY feasible depth, on the two-level worst-case targets."""
+    r = data.draw(st.integers(1, d - 1))
+    ranks = sorted(set(TH.feasible_matched_ranks(kind, d, r).values()))
+    assume(ranks)
+    A, eigs, er_res = _two_level_target(d, r, kappa, seed)
+    g = float(TH.gain_lower_bound(kind, d, r, kappa, 1.0, lemma="integer"))
+    below = r < float(TH.threshold(kind, kappa, d, lemma="integer"))
+    for rp in ranks:
+        cert = _certificate(kind, A, eigs, int(rp))
+        assert er_res - cert >= g - 1e-10 * er_res
+        if below:
+            assert cert < er_res * (1 - 1e-12)
+
+
+def test_printed_4_1_fails_for_integer_ranks():
+    """A finding, not a regression value: with integer ranks a depth-2 GRN-v1 at the ResNet's
+    budget (d=6, r*=3) has rank 2, losing more than Lemma C.1's (sqrt(9)-sqrt(6))^2 = 0.30;
+    on the two-level target it is worse than the ResNet although r* < (4.1) = 3.13."""
+    d, r, kappa = 6, 3, 0.32
+    assert r < TH.threshold("grn_v1", kappa, d) and TH.matched_rank("grn_v1", d, r, 2) == 2
+    A, eigs, er_res = _two_level_target(d, r, kappa, 0)
+    # ER*(v1, rank 2) = squared deviation of {1, k, k, k} from its mean = 0.3468 > 3 k^2.
+    v1 = R.v1_exact_symmetric(eigs, 2)[0]
+    assert v1 == pytest.approx(0.75 * (1 - kappa) ** 2, rel=1e-12)
+    assert v1 > er_res == pytest.approx(3 * kappa**2, rel=1e-12)
+    assert r >= TH.threshold("grn_v1", kappa, d, lemma="integer")  # the integer form excludes it
+
+
 def _gain_bounds_below_exact(kind, d, kappa, lam_max, seed, data):
     """Thm 4.3(ii): G_k lower bound <= ER*(res) - certificate, at every feasible depth."""
     r = data.draw(st.integers(1, d - 1))
@@ -133,6 +172,9 @@ test_thresholds_sufficient, test_thresholds_sufficient_slow = _both(
 test_gain_bounds_below_exact, test_gain_bounds_below_exact_slow = _both(
     _gain_bounds_below_exact, kind=st.sampled_from(GRN), d=st.integers(3, 60), kappa=KAPPA,
     lam_max=LAM_MAX, seed=SEED, data=st.data())
+test_integer_forms_worst_case, test_integer_forms_worst_case_slow = _both(
+    _integer_forms_worst_case, kind=st.sampled_from(GRN), d=st.integers(3, 40),
+    kappa=st.floats(0.02, 1.0), seed=SEED, data=st.data())
 test_lemma_c1, test_lemma_c1_slow = _both(
     _lemma_c1, kind=st.sampled_from(GRN), d=st.integers(2, 400), data=st.data())
 test_rank_savings_suffice, test_rank_savings_suffice_slow = _both(
