@@ -78,7 +78,8 @@ def _final(losses: np.ndarray) -> np.ndarray:
 
 
 def _diagnostics(model, kind: str) -> dict:
-    """Why the losses differ: layer norms, and what the output combination learned."""
+    """Why the losses differ: layer norms, and what the output combination learned (of the
+    best seed at the selected learning rate)."""
     V = np.asarray(model.layer_matrices())
     out = {
         "layer_fro_norms": np.linalg.norm(V, axis=(1, 2)).tolist(),
@@ -166,6 +167,10 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
         best = res["best"]
         curves[f"{task}/{kind}"] = res["losses"][best]
         fin = res["finals"]
+        # The single best run over every learning rate and seed (an edge-of-stability
+        # learning rate can win for one seed and diverge for another).
+        lr_i, seed_i = np.unravel_index(np.argmin(fin), fin.shape)
+        curves[f"{task}/{kind}/best_run"] = res["losses"][lr_i, seed_i]
         summary["results"][f"{task}/{kind}"] = {
             "best_lr": cfg.learning_rates[best],
             "initial_loss_median": float(np.median(res["losses"][best, :, 0])),
@@ -176,6 +181,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
             "diverged_per_lr": dict(zip(map(str, cfg.learning_rates),
                                         np.isinf(fin).sum(axis=1).tolist())),
             "best_run": res["diagnostics"],
+            "best_single_run": {"lr": cfg.learning_rates[int(lr_i)], "seed": int(seed_i),
+                                "final_loss": float(fin[lr_i, seed_i])},
         }
     run.save_arrays("curves.npz", **{k.replace("/", "__"): v for k, v in curves.items()})
     run.finish(summary)

@@ -1,7 +1,8 @@
 """Figure 1 (both panels): training MSE (log scale) of ResNet vs GRN-v1/v2/v3 on (a) the
 identity and (b) a random linear map y = A x + b, from ``experiments/results/fig1``.
-The curve of each kind is at its best learning rate (see ``experiments/fig1.py``); the band
-spans the seeds. Reads saved results only."""
+The curve of each kind is the median over seeds at its best learning rate (see
+``experiments/fig1.py``), the band spans the seeds, and a dashed line shows the single best run
+when it used another learning rate. Reads saved results only."""
 
 from __future__ import annotations
 
@@ -37,11 +38,16 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             ax.plot(steps, med, color=ARCH_COLORS[kind], label=f"{ARCH_LABELS[kind]} (lr {lr:g})")
             ax.fill_between(steps, np.nanmin(c, 0), np.nanmax(c, 0), color=ARCH_COLORS[kind],
                             alpha=0.2, lw=0)
+            if f"{key}__best_run" in curves:
+                b = summary["results"][f"{task}/{kind}"]["best_single_run"]
+                if b["lr"] != lr:
+                    ax.plot(steps, curves[f"{key}__best_run"], color=ARCH_COLORS[kind],
+                            ls="--", lw=0.8, label=f"{ARCH_LABELS[kind]} best run (lr {b['lr']:g})")
             rows += [{"task": task, "kind": kind, "lr": lr, "step": int(s), "mse_median": m}
                      for s, m in zip(steps[::10], med[::10])]
         ax.set_yscale("log")
         ax.set_xlabel("SGD step (batch %d)" % cfg["batch_size"])
         ax.set_ylabel("training MSE per coordinate")
         ax.set_title(TITLES.get(task, task))
-        ax.legend(loc="upper right")
+        ax.legend(loc="lower left" if task == "identity" else "upper right")
     return save(fig, out_dir, "fig_toy_fig1", rows=rows)
