@@ -196,7 +196,8 @@ def check_thresholds(kind: str):
                 viol["integer"] += r <= _r_max(kind, d, kappa, "integer")
         ok = sym_err <= THRESH_RTOL and viol["integer"] == 0
         corrected = kind == "grn_v3" or viol["paper"] > 0
-        note = "with c=1/(pi(d+2)): xi0 = 1/(pi(d+2)(d-1)) in eta. " if kind == "grn_v3" else ""
+        note = ("c corrected to 1/(pi(d+2)), so xi0 = 1/(pi(d+2)(d-1)) in eta; thresholds with "
+                "both c were tested. " if kind == "grn_v3" else "")
         if viol["paper"]:
             note += (f"printed threshold fails for integer ranks at the worst depth (e.g. "
                      f"{example}): Lemma C.1 is violated by integer ranks; "
