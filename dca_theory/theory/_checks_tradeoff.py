@@ -141,9 +141,9 @@ def _two_level(d: int, r: int, kappa: float, rng, rotate: bool = True):
     lam[:r] = 1.0
     if not rotate:
         return None, 1.0 + lam
-    O, Rq = np.linalg.qr(rng.standard_normal((d, d)))
-    O = O * np.sign(np.diag(Rq))
-    return np.eye(d) + (O * lam) @ O.T, 1.0 + lam
+    rot, Rq = np.linalg.qr(rng.standard_normal((d, d)))
+    rot = rot * np.sign(np.diag(Rq))
+    return np.eye(d) + (rot * lam) @ rot.T, 1.0 + lam
 
 
 def _scan(kind: str, d_max: int, n_kappa: int, bound_of):

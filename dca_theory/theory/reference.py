@@ -32,8 +32,8 @@ def tail_sq(B: np.ndarray, r: int) -> float:
 def random_target(d: int, rng: np.random.Generator, *, kind: str = "general",
                   lam_min: float = 1.0, lam_max: float = 2.0) -> np.ndarray:
     """``general``: A = I + G/√d + diag shift (G Gaussian, full rank, not symmetric).
-    ``shifted_psd``: A = I + O diag(λ) Oᵀ with λ uniform in [lam_min, lam_max] and both
-    endpoints attained (so κ = lam_min/lam_max exactly), O Haar-random orthogonal."""
+    ``shifted_psd``: A = I + Q diag(λ) Qᵀ with λ uniform in [lam_min, lam_max] and both
+    endpoints attained (so κ = lam_min/lam_max exactly), Q Haar-random orthogonal."""
     if kind == "general":
         return np.eye(d) + rng.standard_normal((d, d)) * rng.uniform(0.3, 3.0) / np.sqrt(d) \
             + np.diag(rng.uniform(-1.0, 1.0, d))
@@ -41,9 +41,9 @@ def random_target(d: int, rng: np.random.Generator, *, kind: str = "general",
         raise ValueError(f"kind must be 'general' or 'shifted_psd', got {kind!r}")
     lam = rng.uniform(lam_min, lam_max, d)
     lam[0], lam[-1] = lam_min, lam_max
-    O, R = np.linalg.qr(rng.standard_normal((d, d)))
-    O = O * np.sign(np.diag(R))
-    return np.eye(d) + (O * lam) @ O.T
+    rot, upper = np.linalg.qr(rng.standard_normal((d, d)))
+    rot = rot * np.sign(np.diag(upper))  # Haar: fix the signs of the QR factor
+    return np.eye(d) + (rot * lam) @ rot.T
 
 
 def v1_exact_symmetric(eigs: np.ndarray, r: int, grid: int = 201) -> tuple[float, float]:

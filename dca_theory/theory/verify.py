@@ -79,7 +79,7 @@ def format_table(rows: list[Row]) -> str:
     head = ("claim", "what was checked", "cases", "worst error / violations", "verdict")
     body = [(r.claim, r.checked, str(r.cases), r.worst, r.verdict) for r in rows]
     widths = [min(max(len(x[i]) for x in [head, *body]), cap)
-              for i, cap in enumerate((28, 62, 7, 40, 9))]
+              for i, cap in enumerate((28, 50, 6, 58, 9))]
 
     def line(cells):
         return "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
@@ -87,7 +87,7 @@ def format_table(rows: list[Row]) -> str:
     out = [line(head), line(["-" * w for w in widths])]
     for r, cells in zip(rows, body):
         out.append(line(cells))
-        for text in _wrap_long(r.checked, widths[1], 62):
+        for text in _wrap_long(r.checked, widths[1], 50):
             out.append(" " * (widths[0] + 2) + text)
         if r.note:
             out.append(" " * (widths[0] + 2) + "note: " + r.note)

@@ -90,8 +90,8 @@ def _two_level_target(d, r, kappa, seed):
     """Worst case for (C.2): A - I has r eigenvalues 1 and d - r equal to kappa."""
     lam = np.full(d, kappa)
     lam[:r] = 1.0
-    O = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))[0]
-    A = np.eye(d) + (O * lam) @ O.T
+    rot = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))[0]
+    A = np.eye(d) + (rot * lam) @ rot.T
     return A, 1.0 + lam, float(np.sum(lam[r:] ** 2))
 
 
