@@ -150,15 +150,30 @@ def work(out=None, quick: bool = False) -> None:
                 lock.unlink(missing_ok=True)
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+def _is_cached(path: Path, task: str, kind: str, cfg: Fig1Config) -> bool:
+    meta = path / f"job_{task}__{kind}.json"
+    return meta.exists() and read_json(meta)["config"] == to_jsonable(cfg)
+
+
+def summarize_cached(out=None, quick: bool = False) -> Path:
+    """Write the summary from the jobs cached so far (``complete: false`` and the missing
+    jobs listed if unfinished); never trains."""
+    return main(quick=quick, out=out, overwrite=True, cached_only=True)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False,
+         cached_only: bool = False) -> Path:
     cfg = QUICK if quick else Fig1Config()
     if cfg.dtype == "float64":
         jax.config.update("jax_enable_x64", True)  # machine-precision losses need float64
     run = RunDir(out or default_run_dir(NAME, quick), cfg, overwrite=overwrite)
-    summary: dict = {"config": dataclasses.asdict(cfg), "results": {}}
+    summary: dict = {"config": dataclasses.asdict(cfg), "results": {}, "missing_jobs": []}
     curves = {}
     jobs = [(t, k) for t in cfg.tasks for k in cfg.kinds]
     for task, kind in tqdm(jobs, desc="fig1 (task, kind)"):
+        if cached_only and not _is_cached(run.path, task, kind, cfg):
+            summary["missing_jobs"].append(f"{task}/{kind}")
+            continue
         res = _cached_job(run.path, task, kind, cfg)
         for li, lr in enumerate(cfg.learning_rates):
             for step in range(0, cfg.steps, cfg.log_every):
@@ -185,5 +200,6 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                                 "final_loss": float(fin[lr_i, seed_i])},
         }
     run.save_arrays("curves.npz", **{k.replace("/", "__"): v for k, v in curves.items()})
+    summary["complete"] = not summary["missing_jobs"]
     run.finish(summary)
     return run.path

@@ -221,6 +221,27 @@ def work(out=None, quick: bool = False) -> None:
                 lock.unlink(missing_ok=True)
 
 
+def summarize_cached(out=None, quick: bool = False) -> Path:
+    """Write the run's summary from the jobs cached so far (``complete: false`` and the list
+    of missing jobs if the sweep is unfinished); never trains."""
+    cfg = QUICK if quick else RankWidthConfig()
+    path = Path(out or default_run_dir(NAME, quick))
+    rows, missing = [], []
+    for kind in cfg.kinds:
+        for bucket in _groups(cfg):
+            cache = path / f"job_{kind}__{bucket}.json"
+            if cache.exists() and read_json(cache)["config"] == to_jsonable(cfg):
+                rows += read_json(cache)["rows"]
+            else:
+                missing.append(f"{kind}/bucket={bucket}")
+    run = RunDir(path, cfg, overwrite=True)
+    for r in rows:
+        run.log(**r)
+    run.finish({"config": dataclasses.asdict(cfg), "complete": not missing,
+                "missing_jobs": missing, **_aggregate(rows, cfg)})
+    return run.path
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     cfg = QUICK if quick else RankWidthConfig()
     _check(cfg)
@@ -235,6 +256,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                 for r in new:
                     run.log(**r)
                 rows += new
-    summary = {"config": dataclasses.asdict(cfg), **_aggregate(rows, cfg)}
+    summary = {"config": dataclasses.asdict(cfg), "complete": True, "missing_jobs": [],
+               **_aggregate(rows, cfg)}
     run.finish(summary)
     return run.path
