@@ -29,7 +29,8 @@ vanilla block output, and the induction continues. :mod:`dca_theory.lm.retrofit`
 this parameter map.
 
 **Precision.** Parameters, LayerNorm statistics and the softmax stay in the parameter dtype;
-the inputs of every matmul are cast to ``compute_dtype`` (e.g. bfloat16); attention scores and
+the inputs of every matmul are cast to ``compute_dtype`` (e.g. bfloat16; ``None``: the weights'
+own dtype); attention scores and
 the softmax use float32 (or float64 parameters), even when a trainer casts the weights
 themselves to bfloat16. Branch outputs are cast back to the residual-stream dtype.
 
@@ -54,6 +55,12 @@ from dca_theory.residual import Combiner, make_combiner
 
 def dtype_of(name: str) -> jnp.dtype:
     return jnp.dtype(name)
+
+
+def matmul_dtype(compute_dtype: str | None, weight: Array) -> jnp.dtype:
+    """``compute_dtype`` if set, else the weight's own dtype (so a trainer that casts the whole
+    model to bfloat16 gets bfloat16 matmuls)."""
+    return weight.dtype if compute_dtype is None else jnp.dtype(compute_dtype)
 
 
 def xavier_uniform(key: PRNGKeyArray, fan_in: int, fan_out: int, dtype) -> Array:
@@ -114,7 +121,7 @@ class Attention(eqx.Module):
     w_o_DxD: Array
     n_heads: int = eqx.field(static=True)
     rate: float = eqx.field(static=True)
-    compute_dtype: str = eqx.field(static=True)
+    compute_dtype: str | None = eqx.field(static=True)
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> Attention:
@@ -131,7 +138,7 @@ class Attention(eqx.Module):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "L D"]:
         # Scores and softmax in float32 at least, even if the weights were cast to bf16.
-        cd = dtype_of(self.compute_dtype)
+        cd = matmul_dtype(self.compute_dtype, self.w_q_DxD)
         acc = jnp.promote_types(self.w_q_DxD.dtype, jnp.float32)
         L, D = xq_LxD.shape
         H = self.n_heads
@@ -161,7 +168,7 @@ class MLP(eqx.Module):
     w_out_FxD: Array
     b_out_D: Array
     rate: float = eqx.field(static=True)
-    compute_dtype: str = eqx.field(static=True)
+    compute_dtype: str | None = eqx.field(static=True)
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> MLP:
@@ -174,7 +181,7 @@ class MLP(eqx.Module):
         )
 
     def __call__(self, x_LxD: Array, *, key: PRNGKeyArray | None = None) -> Float[Array, "L D"]:
-        cd = dtype_of(self.compute_dtype)
+        cd = matmul_dtype(self.compute_dtype, self.w_in_DxF)
         k1, k2 = split_or_none(key, 2)
         h_LxF = x_LxD.astype(cd) @ self.w_in_DxF.astype(cd)
         h_LxF = jax.nn.relu(h_LxF + last_axis(self.b_in_F.astype(cd), h_LxF))

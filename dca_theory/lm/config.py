@@ -30,8 +30,10 @@ class ModelConfig:
 
     Precision: parameters, the residual stream / stack, GRN combinations, LayerNorm statistics
     and the attention softmax are kept in ``param_dtype``; matmuls (attention projections,
-    scores, MLP, output layer) run in ``compute_dtype`` (e.g. ``"bfloat16"``). Logits are
-    returned in ``param_dtype``.
+    scores, MLP, output layer) run in ``compute_dtype`` (e.g. ``"bfloat16"``); with the default
+    ``None`` they run in the weights' own dtype, which suits a trainer that casts the whole
+    model to bfloat16 for the forward pass (LayerNorm statistics and the softmax still use
+    float32). Logits are returned in the output layer's weight dtype.
     """
 
     vocab_size: int = 30_000
@@ -47,7 +49,7 @@ class ModelConfig:
     hc_expansion: int = 4
     laurel_rank: int = 16
     param_dtype: str = "float32"
-    compute_dtype: str = "float32"
+    compute_dtype: str | None = None
     ln_eps: float = 1e-6  # Flax LayerNorm default
 
     def __post_init__(self) -> None:
@@ -76,10 +78,9 @@ class ModelConfig:
                     f"k={self.k} is only valid with residual='dca', got residual={self.residual!r}"
                 )
         for name in ("param_dtype", "compute_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(DTYPES)}, got {getattr(self, name)!r}"
-                )
+            value = getattr(self, name)
+            if value not in DTYPES and not (name == "compute_dtype" and value is None):
+                raise ValueError(f"{name} must be one of {', '.join(DTYPES)}, got {value!r}")
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
 

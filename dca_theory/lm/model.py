@@ -36,6 +36,7 @@ from dca_theory.lm.blocks import (
     dropout,
     dtype_of,
     last_axis,
+    matmul_dtype,
     small_bias,
     xavier_uniform,
 )
@@ -78,7 +79,7 @@ class TransformerLM(eqx.Module):
 
     def head(self, h_LxD: Float[Array, "L D"]) -> Float[Array, "L V"]:
         """Final LayerNorm and the untied output layer; logits in the parameter dtype."""
-        cd = dtype_of(self.cfg.compute_dtype)
+        cd = matmul_dtype(self.cfg.compute_dtype, self.w_out_DxV)
         y_LxV = self.final_norm(h_LxD).astype(cd) @ self.w_out_DxV.astype(cd)
         y_LxV = y_LxV.astype(self.w_out_DxV.dtype)
         return y_LxV + last_axis(self.b_out_V, y_LxV)

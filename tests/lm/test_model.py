@@ -179,6 +179,14 @@ def test_bf16_compute_close_to_float32(getkey):
     # bfloat16 keeps 8 mantissa bits (rel. error ~4e-3 per op); a 3-layer model stays within 5%.
     err = float(jnp.max(jnp.abs(bf - ref)) / jnp.max(jnp.abs(ref)))
     assert err < 5e-2
+    # A trainer may instead cast every weight to bfloat16 (compute_dtype=None follows the
+    # weights); LayerNorm statistics and the softmax still run in float32.
+    model = build_model(TINY.replace(residual="dca"), key=key)
+    cast = jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x, model)
+    out = logits_jit(cast, tokens())
+    assert out.dtype == jnp.bfloat16
+    assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - ref)) / jnp.max(jnp.abs(ref))) < 5e-2
 
 
 def test_too_long_sequence(getkey):
