@@ -2,7 +2,7 @@
 
 import json
 
-import jax
+import equinox as eqx
 import numpy as np
 import pytest
 
@@ -48,9 +48,6 @@ def test_grn_weights_and_profile(tmp_path, getkey):
 def test_profile_percentiles_of_known_bias(getkey):
     model = build_model(TINY.replace(residual="grn_v2"), key=getkey())
     b = np.tile(np.arange(TINY.d_model, dtype=np.float32), (TINY.n_layers + 1, 1))
-    model = jax.tree_util.tree_map(lambda x: x, model)  # copy
-    import equinox as eqx
-
     model = eqx.tree_at(lambda m: m.trunk.grns[-1].b, model, b)
     row = [r for r in bias_profile(model) if r["grn"] == "output"][0]
     np.testing.assert_allclose(row["median"], np.median(np.arange(TINY.d_model)))
