@@ -113,20 +113,20 @@ class ViT(eqx.Module):
             x_NxD = jnp.concatenate([self.cls_D[None, :], x_NxD], axis=0)
         return x_NxD
 
-    def head(self, h_NxD: Float[Array, "N D"]) -> Float[Array, "K"]:
+    def head(self, h_NxD: Float[Array, "N D"]) -> Float[Array, " K"]:
         """Final LayerNorm, pooling (class token or mean over tokens) and the linear head."""
         h_NxD = self.final_norm(h_NxD)
         pooled_D = h_NxD[0] if self.cls_D is not None else jnp.mean(h_NxD, axis=0)
         return pooled_D @ self.w_head_DxK + self.b_head_K
 
     def __call__(self, image_HxWxC: Float[Array, "H W C"], *, key: PRNGKeyArray | None = None,
-                 inference: bool = True) -> Float[Array, "K"]:
+                 inference: bool = True) -> Float[Array, " K"]:
         """Logits for one image. Dropout is active iff ``not inference and key is not None``."""
         h_NxD = self.trunk(self.embed(image_HxWxC), causal=False, key=key, inference=inference)
         return self.head(h_NxD)
 
     def forward_with_states(self, image_HxWxC: Float[Array, "H W C"]
-                            ) -> tuple[Float[Array, "K"], States]:
+                            ) -> tuple[Float[Array, " K"], States]:
         """Logits and the trunk's per-layer states (see :mod:`dca_theory.lm.trunk`), at
         inference."""
         h_NxD, states = self.trunk.forward_with_states(self.embed(image_HxWxC), causal=False,

@@ -87,7 +87,7 @@ def make_optimizer(tc: TrainConfig, mask_P: Array) -> optax.GradientTransformati
     )
 
 
-def cross_entropy(logits_BxK: Float[Array, "B K"], labels_B: Int[Array, "B"]):
+def cross_entropy(logits_BxK: Float[Array, "B K"], labels_B: Int[Array, " B"]):
     """Per-example cross-entropy and correctness."""
     loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxK, labels_B)
     return loss_B, (jnp.argmax(logits_BxK, axis=-1) == labels_B)

@@ -43,6 +43,7 @@ def test_data_orders_are_epoch_permutations():
         data_orders(3, tc, seeds=[0])
 
 
+@pytest.mark.slow  # the experiment smoke test checks the same for both kinds, faster
 def test_training_lowers_the_loss(small_digits):
     train, test = small_digits
     tc = TrainConfig(steps=60, batch_size=32, lr=5e-3, warmup_steps=5, eval_every=30)
