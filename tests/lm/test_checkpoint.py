@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -45,6 +48,20 @@ def _cfg(corpus, steps=7):
         keep_checkpoints=5, progress=False)
 
 
+@pytest.fixture(scope="module")
+def _finished_two_step_run(corpus, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("finished") / "w"
+    with float32():
+        lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), workdir, build=build_bigram)
+    return workdir
+
+
+@pytest.fixture
+def two_step_run(_finished_two_step_run, tmp_path):
+    """A private copy of one finished 2-step run (trained once per module to save time)."""
+    return Path(shutil.copytree(_finished_two_step_run, tmp_path / "w"))
+
+
 def _params(workdir, step=None):
     model, *_ = lm_train.load_run(workdir, build=build_bigram, step=step)
     return jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
@@ -75,16 +92,15 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path, corpus):
     assert steps == list(range(1, 8))  # lines after the checkpoint were dropped, not repeated
 
 
-def test_checkpoint_holds_state_step_rng_and_data_position(tmp_path, corpus):
+def test_checkpoint_holds_state_step_rng_and_data_position(two_step_run, corpus):
     from dca_theory.lm.optim import make_optimizer
 
     cfg = _cfg(corpus, steps=2)
-    lm_train.train_and_evaluate(MODEL, cfg, tmp_path / "w", build=build_bigram)
-    model, tok, model_cfg, train_cfg = lm_train.load_run(tmp_path / "w", build=build_bigram)
+    model, tok, model_cfg, train_cfg = lm_train.load_run(two_step_run, build=build_bigram)
     assert model_cfg.vocab_size == tok.vocab_size and train_cfg == cfg
     params = eqx.filter(model, eqx.is_inexact_array)
     template = (params, make_optimizer(cfg).init(params), jax.random.PRNGKey(123))
-    ckpt = Checkpointer(tmp_path / "w")
+    ckpt = Checkpointer(two_step_run)
     try:
         assert ckpt.latest_step() == 2
         (_, opt_state, rng), meta = ckpt.restore(template)
@@ -97,19 +113,20 @@ def test_checkpoint_holds_state_step_rng_and_data_position(tmp_path, corpus):
     np.testing.assert_array_equal(rng, expected_rng)
 
 
-def test_finished_run_is_not_retrained_and_can_be_extended(tmp_path, corpus):
-    lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w", build=build_bigram)
-    again = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w",
+def test_finished_run_is_not_retrained_and_can_be_extended(two_step_run, corpus):
+    again = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), two_step_run,
                                         build=build_bigram, hooks=[_crash_at(1)])
     assert again["resumed_from"] == 2  # the crash hook never fired: no step was retrained
-    longer = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=4), tmp_path / "w",
+    with pytest.raises(ValueError, match="checkpoint at step 2 > --steps 1"):
+        lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=1), two_step_run,
+                                    build=build_bigram)
+    longer = lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=4), two_step_run,
                                          build=build_bigram)
-    assert longer["resumed_from"] == 2 and Checkpointer(tmp_path / "w").latest_step() == 4
+    assert longer["resumed_from"] == 2 and Checkpointer(two_step_run).latest_step() == 4
 
 
-def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
-    lm_train.train_and_evaluate(MODEL, _cfg(corpus, steps=2), tmp_path / "w", build=build_bigram)
+def test_resume_with_a_different_model_is_refused(two_step_run, corpus):
     with pytest.raises(ValueError, match=r"different model\.d_model"):
         lm_train.train_and_evaluate(MODEL.replace(d_model=8), _cfg(corpus, steps=4),
-                                    tmp_path / "w", build=build_bigram)
-    assert Checkpointer(tmp_path / "w").latest_step() == 2  # nothing was overwritten
+                                    two_step_run, build=build_bigram)
+    assert Checkpointer(two_step_run).latest_step() == 2  # nothing was overwritten

@@ -156,7 +156,8 @@ def test_golden_one_step_loss():
 
 def test_real_tiny_dca_model_trains_one_step():
     pytest.importorskip("dca_theory.lm.model")
-    cfg = PRESETS["tiny"].replace(residual="dca", k=2, vocab_size=50, max_len=16)
+    # 2 layers with k = 1: the stack has a "sum of the middle outputs" slot; small to compile
+    cfg = PRESETS["tiny"].replace(residual="dca", k=1, n_layers=2, vocab_size=50, max_len=16)
     # warm-up 0: a constant learning rate, so the very first update already moves the weights
     train_cfg = TrainConfig(warmup_steps=0)
     params, static, opt, opt_state = _setup(cfg, train_cfg, build=lm_train.default_builder)
