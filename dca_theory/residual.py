@@ -45,6 +45,34 @@ RESIDUAL_KINDS: tuple[str, ...] = ("base", "res", "grn_v1", "grn_v2", "grn_v3")
 GRN_KINDS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
 
 
+@jax.custom_jvp
+def relu_open(x: Array) -> Array:
+    """ReLU whose derivative at 0 is 1 instead of JAX's 0 (same values as ``jax.nn.relu``).
+
+    Why: GRN-v3 starts at w = 0 (paper §3.1), where every gate input w.h is exactly 0. With
+    ReLU'(0) = 0 the gradient of w is then exactly zero and w never leaves 0, so a GRN-v3
+    trained from the paper's initialisation stays a GRN-v2. ``relu_open`` keeps the identical
+    forward function (so identity-at-init still holds exactly) but lets w start learning.
+    """
+    return jnp.maximum(x, 0)
+
+
+@relu_open.defjvp
+def _relu_open_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return relu_open(x), jnp.where(x >= 0, dx, jnp.zeros_like(dx))
+
+
+# GRN-v3 gate nonlinearities: "relu" is the paper's, with the frameworks' ReLU'(0) = 0.
+GATES = {"relu": jax.nn.relu, "relu_open": relu_open}
+
+
+def check_gate(gate: str) -> str:
+    if gate not in GATES:
+        raise ValueError(f"unknown GRN-v3 gate {gate!r}; valid gates: {', '.join(GATES)}")
+    return gate
+
+
 def check_kind(kind: str, allowed: Sequence[str] = RESIDUAL_KINDS) -> str:
     """Return ``kind`` if it is one of ``allowed``, else raise a one-line ValueError."""
     if kind not in allowed:
@@ -93,6 +121,7 @@ class Combiner(eqx.Module):
     dim: int = eqx.field(static=True)
     b: Array | None
     w: Array | None
+    gate: str = eqx.field(static=True, default="relu")
 
     def __call__(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "*batch D"]:
         if stack.shape[0] != self.size or stack.shape[-1] != self.dim:
@@ -107,7 +136,7 @@ class Combiner(eqx.Module):
         weights = _broadcast_over_batch(self.b, stack)  # type: ignore[arg-type]
         if self.kind == "grn_v3":
             # One input-dependent scalar per stack entry (and token), shared by all D features.
-            gate = jax.nn.relu(jnp.einsum("s...d,d->s...", stack, self.w))
+            gate = GATES[self.gate](jnp.einsum("s...d,d->s...", stack, self.w))
             weights = weights + gate[..., None]
         return jnp.sum(weights * stack, axis=0)
 
@@ -120,20 +149,23 @@ class Combiner(eqx.Module):
             return ones
         c = _broadcast_over_batch(self.b, stack) * ones  # type: ignore[arg-type]
         if self.kind == "grn_v3":
-            c = c + jax.nn.relu(jnp.einsum("s...d,d->s...", stack, self.w))[..., None]
+            c = c + GATES[self.gate](jnp.einsum("s...d,d->s...", stack, self.w))[..., None]
         return c
 
 
 def make_combiner(
-    kind: str, size: int, dim: int, *, dtype=jnp.float32, init: str = "identity", key=None
+    kind: str, size: int, dim: int, *, dtype=jnp.float32, init: str = "identity", key=None,
+    gate: str = "relu",
 ) -> Combiner:
     """Build a combiner over a stack of ``size`` entries of dimension ``dim``.
 
     ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
     sum. ``init="random"`` perturbs b and w with N(0, 0.1^2) noise (needs ``key``); it exists
-    so that tests can check code paths with non-trivial weights.
+    so that tests can check code paths with non-trivial weights. ``gate`` picks the GRN-v3
+    nonlinearity (see :data:`GATES` and :func:`relu_open`).
     """
     check_kind(kind)
+    check_gate(gate)
     if size < 1 or dim < 1:
         raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
     if init not in ("identity", "random"):
@@ -152,7 +184,7 @@ def make_combiner(
         b = b + 0.1 * jax.random.normal(kb, b.shape, dtype)
         if w is not None:
             w = w + 0.1 * jax.random.normal(kw, w.shape, dtype)
-    return Combiner(kind=kind, size=size, dim=dim, b=b, w=w)
+    return Combiner(kind=kind, size=size, dim=dim, b=b, w=w, gate=gate)
 
 
 def num_combiner_params(kind: str, size: int, dim: int) -> int:

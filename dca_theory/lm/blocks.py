@@ -242,15 +242,15 @@ class DCABlock(eqx.Module):
 
     @classmethod
     def init(cls, cfg: ModelConfig, stack_size: int, *, key: PRNGKeyArray) -> DCABlock:
-        return cls.from_pre_ln(PreLNBlock.init(cfg, key=key), stack_size)
+        return cls.from_pre_ln(PreLNBlock.init(cfg, key=key), stack_size, gate=cfg.grn_gate)
 
     @classmethod
-    def from_pre_ln(cls, block: PreLNBlock, stack_size: int) -> DCABlock:
+    def from_pre_ln(cls, block: PreLNBlock, stack_size: int, *, gate: str = "relu") -> DCABlock:
         """The DCA block computing the same function as ``block`` when its GRNs are at init
         (b = 1, w = 0): LN_q = LN_k = LN_v = LN_1 and LN_h = LN_2 (see the module docstring)."""
         dim = block.ln1.scale.shape[0]
         dtype = block.ln1.scale.dtype
-        grn = [make_combiner("grn_v3", stack_size, dim, dtype=dtype) for _ in range(3)]
+        grn = [make_combiner("grn_v3", stack_size, dim, dtype=dtype, gate=gate) for _ in range(3)]
         return cls(
             grn_q=grn[0], grn_k=grn[1], grn_v=grn[2],
             ln_q=block.ln1, ln_k=block.ln1, ln_v=block.ln1, attn=block.attn,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from dca_theory.residual import check_gate
+
 LM_RESIDUALS: tuple[str, ...] = (
     "vanilla", "grn_v1", "grn_v2", "grn_v3", "dca",
     "denseformer", "hyper_connections", "laurel_lr", "laurel_pa",
@@ -51,6 +53,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     compute_dtype: str | None = None
     ln_eps: float = 1e-6  # Flax LayerNorm default
+    # GRN-v3 gate: "relu" (paper; ReLU'(0) = 0 so w never leaves its init 0) or "relu_open"
+    # (same function, derivative 1 at 0 so w trains). See dca_theory.residual.relu_open.
+    grn_gate: str = "relu"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "d_mlp", "n_layers",
@@ -83,6 +88,7 @@ class ModelConfig:
                 raise ValueError(f"{name} must be one of {', '.join(DTYPES)}, got {value!r}")
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
+        check_gate(self.grn_gate)
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -99,7 +99,8 @@ class ResidualTrunk(AbstractTrunk):
         if cfg.residual in GRN_RESIDUALS:
             dtype = dtype_of(cfg.param_dtype)
             grns = tuple(
-                make_combiner(cfg.residual, t + 1, cfg.d_model, dtype=dtype)
+                make_combiner(cfg.residual, t + 1, cfg.d_model, dtype=dtype,
+                              gate=cfg.grn_gate)
                 for t in range(cfg.n_layers + 1)
             )
         return cls(cfg=cfg, blocks=blocks, grns=grns)
@@ -148,10 +149,10 @@ class DCATrunk(AbstractTrunk):
     def from_pre_ln(cls, cfg: ModelConfig, blocks: tuple[PreLNBlock, ...]) -> DCATrunk:
         """Wrap pre-LN blocks into DCA blocks with identity-initialised GRNs."""
         dca = tuple(
-            DCABlock.from_pre_ln(b, stack_size(t, cfg.k)) for t, b in enumerate(blocks)
+            DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate) for t, b in enumerate(blocks)
         )
         final = make_combiner("grn_v3", stack_size(cfg.n_layers, cfg.k), cfg.d_model,
-                              dtype=dtype_of(cfg.param_dtype))
+                              dtype=dtype_of(cfg.param_dtype), gate=cfg.grn_gate)
         return cls(cfg=cfg, blocks=dca, final=final)
 
     def run(self, x_LxD, *, causal, key, collect):
