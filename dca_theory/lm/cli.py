@@ -58,6 +58,8 @@ _MODEL_FLAGS = [
     ("--d-mlp", "d_mlp", int, "MLP hidden width"),
     ("--max-len", "max_len", int, "longest sequence the model accepts"),
     ("--dropout", "dropout", float, "dropout rate (also attention dropout)"),
+    ("--grn-gate", "grn_gate", str, "GRN-v3 gate: 'relu' (paper; w stays at its init 0 because "
+     "ReLU'(0)=0) or 'relu_open' (same function, derivative 1 at 0, so w trains)"),
 ]
 
 
