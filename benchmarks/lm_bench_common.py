@@ -1,0 +1,93 @@
+"""Shared set-up for the LM benchmarks: the variants, the train step, the machine record.
+
+A *variant* is one residual scheme of the LM zoo at a given width and depth: ``vanilla`` (pre-LN
+transformer), ``dca`` (full DCA, paper §3.2) and ``2-dca`` (k-DCA with k = 2, paper §3.1/§5,
+Table 1). The train step is the project's own (``dca_theory.lm.steps.make_train_step``: forward,
+backward, AdamW update), jitted. (No buffer donation: the DCA retrofit shares LayerNorm weights
+between LN_1 and LN_q/LN_k/LN_v, so one buffer appears several times in the parameters.) Dropout is 0 by default so that random-number generation (identical work for every
+variant) does not dilute the ratios; pass ``dropout`` to change that.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.model import build_model
+from dca_theory.lm.optim import make_optimizer
+from dca_theory.lm.steps import make_train_step
+from dca_theory.lm.train_config import TrainConfig
+
+# variant name -> (residual, k)
+VARIANTS: dict[str, tuple[str, int | None]] = {
+    "vanilla": ("vanilla", None),
+    "dca": ("dca", None),
+    "2-dca": ("dca", 2),
+}
+
+# Paper, Table 1 (24 layers, LM1B, TPU): training speed in batches/s.
+PAPER_BATCHES_PER_S = {"vanilla": 8.14, "2-dca": 5.39, "dca": 3.72}
+PAPER_STEP_TIME_RATIO = {k: PAPER_BATCHES_PER_S["vanilla"] / v
+                         for k, v in PAPER_BATCHES_PER_S.items()}
+# Paper, rebuttal/appendix: training peak memory 5.3 GB -> 6.6 GB on a 179M model (+25%).
+PAPER_MEMORY_RATIO = 6.6 / 5.3
+
+
+def check_positive(name: str, value: int) -> int:
+    if value < 1:
+        raise SystemExit(f"error: --{name} must be >= 1, got {value}")
+    return value
+
+
+def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
+                 dropout: float = 0.0, param_dtype: str = "float32") -> ModelConfig:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    residual, k = VARIANTS[variant]
+    return ModelConfig(vocab_size=vocab, max_len=seq, d_model=width, n_heads=max(1, width // 64),
+                       d_mlp=4 * width, n_layers=depth, dropout=dropout, attn_dropout=dropout,
+                       residual=residual, k=k, param_dtype=param_dtype)
+
+
+def synthetic_batch(batch: int, seq: int, vocab: int) -> dict[str, jax.Array]:
+    tokens = jax.random.randint(jax.random.PRNGKey(7), (batch, seq + 1), 0, vocab)
+    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+            "weights": jnp.ones((batch, seq), jnp.float32)}
+
+
+def train_setup(cfg: ModelConfig, batch: int, compute_dtype: str = "float32"):
+    """Return ``(step_fn, args)`` with ``step_fn(*args) -> (params, opt_state, metrics)``."""
+    tcfg = TrainConfig(batch_size=batch, seq_len=cfg.max_len, warmup_steps=10,
+                       compute_dtype=compute_dtype)
+    model = build_model(cfg, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    optimizer = make_optimizer(tcfg)
+    opt_state = optimizer.init(params)
+    step = make_train_step(static, optimizer, tcfg)
+    args = (params, opt_state, jax.random.PRNGKey(1),
+            synthetic_batch(batch, cfg.max_len, cfg.vocab_size), jnp.asarray(0, jnp.int32))
+    return step, args
+
+
+def num_params(cfg: ModelConfig) -> int:
+    model = eqx.filter_eval_shape(build_model, cfg, key=jax.random.PRNGKey(0))
+    # Shape-only leaves (no allocation). Shared LayerNorm weights (DCA's LN_q = LN_k = LN_v
+    # at init) count once per use, as they do after the first update un-ties them.
+    leaves = [x for x in jax.tree_util.tree_leaves(model)
+              if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)]
+    return int(sum(np.prod(x.shape) for x in leaves))
+
+
+def machine() -> dict:
+    """Where and under what load the numbers were taken (other processes may share the CPU)."""
+    return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "loadavg_1_5_15": list(os.getloadavg()), "jax": jax.__version__,
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
