@@ -102,6 +102,7 @@ def test_states(getkey):
     np.testing.assert_array_equal(states["layer_inputs"][0], x)
 
 
+@pytest.mark.slow  # ~15 s; the operator-level version is in tests/test_residual.py
 def test_k_at_least_depth_equals_full_stack(getkey):
     key, kc, x = getkey(), getkey(), jax.random.normal(getkey(), (4, 9), F64)
     full = randomize_combiners(MLPResNet(9, 2, 3, kind="grn_v3", dtype=F64, key=key), kc)

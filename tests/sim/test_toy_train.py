@@ -20,6 +20,7 @@ from dca_theory.sim import (
 F64 = jnp.float64
 
 
+@pytest.mark.slow  # ~30 s: compiles the vmapped and the single-model training programs
 def test_fit_many_equals_separate_fits(getkey):
     keys = jax.random.split(getkey(), 2)
     nets = eqx.filter_vmap(lambda k: DeepLinear(6, 2, 2, kind="grn_v1", dtype=F64, key=k))(keys)
