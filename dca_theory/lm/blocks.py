@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.residual import GATES, Combiner, make_combiner
+from dca_theory.residual import Combiner, make_combiner
 
 
 def dtype_of(name: str) -> jnp.dtype:
@@ -261,42 +261,11 @@ class DCABlock(eqx.Module):
         self, stack_SxLxD: Array, *, causal: bool, key: PRNGKeyArray | None = None,
     ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """Return ``(o, q̃)``: the new stack entry and the query input (for analysis)."""
-        q_LxD, k_LxD, v_LxD = self.qkv(stack_SxLxD)
-        return self.attend(q_LxD, k_LxD, v_LxD, causal=causal, key=key)
-
-    def call_entries(
-        self, entries: tuple[Array, ...], *, causal: bool, key: PRNGKeyArray | None = None,
-    ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
-        """``self(jnp.stack(entries))`` without keeping the ``S×L×D`` stack for the backward
-        pass: the stacking and the GRNs are rematerialised (``jax.checkpoint``), so autodiff
-        saves only the entries, which the trunk holds anyway. Same function, same gradients;
-        training memory no longer grows with the square of the depth (issue 6)."""
-        qkv = eqx.filter_checkpoint(lambda blk, es: blk.qkv(jnp.stack(es)))
-        q_LxD, k_LxD, v_LxD = qkv(self, entries)
-        return self.attend(q_LxD, k_LxD, v_LxD, causal=causal, key=key)
-
-    def qkv(self, stack_SxLxD: Array) -> tuple[Array, Array, Array]:
-        """``(GRN_q(G), GRN_k(G), GRN_v(G))`` in one pass over the stack: the three GRN-v3
-        share the stack read, ``sum_s (b_js + relu(w_j . G_s)) G_s = sum_s b_js G_s +
-        sum_s gate_js G_s`` for j in (q, k, v), as two einsums over a (3, S, D) weight."""
-        grns = (self.grn_q, self.grn_k, self.grn_v)
-        if stack_SxLxD.shape[0] != self.grn_q.size or stack_SxLxD.shape[-1] != self.grn_q.dim:
-            raise ValueError(f"stack shape {stack_SxLxD.shape} does not match this DCA block: "
-                             f"expected ({self.grn_q.size}, ..., {self.grn_q.dim})")
-        b_3xSxD = jnp.stack([g.b for g in grns])
-        w_3xD = jnp.stack([g.w for g in grns])
-        gate = GATES[self.grn_q.gate]
-        gate_3xSxL = gate(jnp.einsum("sld,jd->jsl", stack_SxLxD, w_3xD))
-        out_3xLxD = (jnp.einsum("jsd,sld->jld", b_3xSxD, stack_SxLxD)
-                     + jnp.einsum("jsl,sld->jld", gate_3xSxL, stack_SxLxD))
-        return out_3xLxD[0], out_3xLxD[1], out_3xLxD[2]
-
-    def attend(
-        self, q_LxD: Array, k_LxD: Array, v_LxD: Array, *, causal: bool,
-        key: PRNGKeyArray | None = None,
-    ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
-        """The block after its GRNs: attention, LN_h, MLP; returns ``(o, q̃)``."""
         k_att, k_drop, k_mlp = split_or_none(key, 3)
+        # One stacked array serves all three GRNs (no re-stacking per GRN).
+        q_LxD = self.grn_q(stack_SxLxD)
+        k_LxD = self.grn_k(stack_SxLxD)
+        v_LxD = self.grn_v(stack_SxLxD)
         a_LxD = self.attn(self.ln_q(q_LxD), self.ln_k(k_LxD), self.ln_v(v_LxD),
                           causal=causal, key=k_att)
         a_LxD = dropout(a_LxD, self.rate, k_drop).astype(q_LxD.dtype)

@@ -159,11 +159,8 @@ class DCATrunk(AbstractTrunk):
         states: States = {"embed": x_LxD} if collect else {}
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
         for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
-            if collect:
-                g_SxLxD = stack.array()  # stacked once; serves GRN_q, GRN_k and GRN_v
-                o_LxD, q_LxD = blk(g_SxLxD, causal=causal, key=k)
-            else:  # same function; the stacked array is rematerialised, not saved (issue 6)
-                o_LxD, q_LxD = blk.call_entries(stack.entries(), causal=causal, key=k)
+            g_SxLxD = stack.array()  # stacked once; serves GRN_q, GRN_k and GRN_v
+            o_LxD, q_LxD = blk(g_SxLxD, causal=causal, key=k)
             stack = stack.push(o_LxD)
             if collect:
                 states |= {f"stack_{t}": g_SxLxD, f"block_{t}_in": q_LxD,
