@@ -96,6 +96,9 @@ def main(argv=None) -> dict:
             if not args.skip_train:
                 record["train"][key] = train_memory(cfg, args.batch)
             print(f"  {key}: compiled in {time.perf_counter() - t:.1f} s", flush=True)
+            if args.json:  # partial results survive an interrupted run
+                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.json).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab} "
           f"(MiB; ratios to vanilla at the same depth)")
