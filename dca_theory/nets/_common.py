@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -134,3 +135,25 @@ def skip_term(combiner: Combiner, x: Float[Array, " d"], size: int) -> Float[Arr
     stack = jnp.zeros((size, x.shape[0]), x.dtype).at[0].set(x)
     # Zero entries add nothing to any combiner (b*0 = 0 and ReLU(w.0)*0 = 0).
     return combiner(stack)
+
+
+class ResidualNet(eqx.Module):
+    """What both toy nets share once a subclass defines ``depth``, ``dim``, ``_layer`` and the
+    fields ``mask``, ``combiners``, ``kind`` and ``k``: the forward pass over the residual stack,
+    the output's skip term and the parameter count."""
+
+    def forward(self, x: Float[Array, " d"]) -> tuple[Float[Array, " d"], dict[str, Array]]:
+        """Output and per-layer residual-stream states (see ``residual_forward``)."""
+        return residual_forward(self.combiners, self.k, x, self._layer)
+
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
+        return self.forward(x)[0]
+
+    def skip(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
+        """The input-slot term of the output combination (x, αx, Dx, (b+ReLU(wᵀx))⊙x)."""
+        return skip_term(self.combiners[-1], x, stack_size(self.depth, self.k))
+
+    def num_params(self) -> int:
+        """Trainable parameters at the active ranks: 2 d r_* plus the combiners'."""
+        r_star = int(self.mask.sum())
+        return 2 * self.dim * r_star + combiner_params(self.kind, self.depth, self.dim, self.k)

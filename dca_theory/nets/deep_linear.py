@@ -18,18 +18,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from dca_theory.nets._common import (
+    ResidualNet,
     check_dims,
-    combiner_params,
     make_combiners,
     rank_array,
     rank_mask,
-    residual_forward,
-    skip_term,
 )
-from dca_theory.residual import Combiner, check_k, check_kind, stack_size
+from dca_theory.residual import Combiner, check_k, check_kind
 
 
-class DeepLinear(eqx.Module):
+class DeepLinear(ResidualNet):
     """T factored linear layers joined by a residual combination of any kind.
 
     Args:
@@ -89,13 +87,6 @@ class DeepLinear(eqx.Module):
         m = jax.lax.stop_gradient(self.mask[t]).astype(g.dtype)
         return (self.P[t] * m[None, :]) @ ((self.Q[t] * m[None, :]).T @ g)
 
-    def forward(self, x: Float[Array, " d"]) -> tuple[Float[Array, " d"], dict[str, Array]]:
-        """Output and per-layer residual-stream states (see ``residual_forward``)."""
-        return residual_forward(self.combiners, self.k, x, self._layer)
-
-    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
-        return self.forward(x)[0]
-
     def layer_matrices(self) -> Float[Array, "T d d"]:
         """The layer weights V_t = P_t Q_t^T (masked)."""
         m = self.mask.astype(self.P.dtype)[:, None, :]
@@ -108,12 +99,3 @@ class DeepLinear(eqx.Module):
                              "base, res, grn_v1, grn_v2")
         eye = jnp.eye(self.dim, dtype=self.P.dtype)
         return jax.vmap(self)(eye).T  # column j is f(e_j)
-
-    def skip(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
-        """The input-slot term of the output combination (I x, αx, Dx, ...)."""
-        return skip_term(self.combiners[-1], x, stack_size(self.depth, self.k))
-
-    def num_params(self) -> int:
-        """Trainable parameters at the active ranks: 2 d r_* plus the combiners'."""
-        r_star = int(self.mask.sum())
-        return 2 * self.dim * r_star + combiner_params(self.kind, self.depth, self.dim, self.k)

@@ -16,20 +16,18 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from dca_theory.nets._common import (
+    ResidualNet,
     check_dims,
-    combiner_params,
     make_combiners,
     rank_array,
     rank_mask,
-    residual_forward,
-    skip_term,
 )
-from dca_theory.residual import Combiner, check_k, check_kind, stack_size
+from dca_theory.residual import Combiner, check_k, check_kind
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "tanh": jnp.tanh}
 
 
-class MLPResNet(eqx.Module):
+class MLPResNet(ResidualNet):
     """T one-hidden-layer blocks ``V_t φ(U_t z)`` of width r_t, joined residually.
 
     Args:
@@ -97,17 +95,3 @@ class MLPResNet(eqx.Module):
         m = jax.lax.stop_gradient(self.mask[t]).astype(g.dtype)
         hidden = ACTIVATIONS[self.activation](self.U[t] @ g) * m
         return self.V[t] @ hidden
-
-    def forward(self, x: Float[Array, " d"]) -> tuple[Float[Array, " d"], dict[str, Array]]:
-        return residual_forward(self.combiners, self.k, x, self._layer)
-
-    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
-        return self.forward(x)[0]
-
-    def skip(self, x: Float[Array, " d"]) -> Float[Array, " d"]:
-        """The input-slot term of the output combination (x, αx, Dx, (b+ReLU(wᵀx))⊙x)."""
-        return skip_term(self.combiners[-1], x, stack_size(self.depth, self.k))
-
-    def num_params(self) -> int:
-        r_star = int(self.mask.sum())
-        return 2 * self.dim * r_star + combiner_params(self.kind, self.depth, self.dim, self.k)
