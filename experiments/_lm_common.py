@@ -1,0 +1,218 @@
+"""Shared settings and the run cache of the language-model claim experiments (``lm_*.py``).
+
+**Scale.** Everything is sized for a 2-core CPU: a 4-layer, width-64 pre-LN transformer (4 heads,
+MLP 256, no dropout) trained for 400 steps of 16 sequences with the paper's optimiser (AdamW
+β = (0.9, 0.98), eps 1e-9, weight decay 0.1, linear warm-up then inverse-square-root decay), at
+learning rate 2e-3 with 40 warm-up steps. Tiny Shakespeare is read at character level with 64
+characters per sequence, Penn Treebank at word level with 32 words per sequence. Three seeds;
+seed ``s`` gives every architecture the same data order (differences are paired by seed).
+
+**Cache.** Several experiments need the same training runs (the width-64, depth-4 vanilla and
+DCA models appear in five of them), so every run of a :class:`RunSpec` is stored once under
+``<results>/lm_runs/<label>-<hash>/``: ``record.json`` (configs and per-seed results, written
+last, so a half-finished run is never reused), ``curves.npz`` (loss and gradient norm of every
+step, wall time of every step, periodic validation losses) and ``params.npz`` (the trained
+parameters; git-ignored). Delete a folder to retrain that run. The hash covers the model and
+training configs, the seeds and the starting point, never paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from dca_theory.io import read_json, to_jsonable, write_json
+from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.train_config import TrainConfig
+
+SEEDS: tuple[int, ...] = (0, 1, 2)
+QUICK_SEEDS: tuple[int, ...] = (0, 1)
+DATASETS: tuple[str, ...] = ("shakespeare", "ptb")
+
+CPU_MODEL = ModelConfig(max_len=64, d_model=64, n_heads=4, d_mlp=256, n_layers=4,
+                        dropout=0.0, attn_dropout=0.0)
+QUICK_MODEL = ModelConfig(max_len=32, d_model=16, n_heads=2, d_mlp=32, n_layers=2,
+                          dropout=0.0, attn_dropout=0.0)
+SEQ_LEN = {"shakespeare": 64, "ptb": 32}
+CPU_TRAIN = TrainConfig(batch_size=16, steps=400, lr=2e-3, warmup_steps=40, log_every=50,
+                        eval_every=25, eval_batches=6, progress=True)
+QUICK_TRAIN = TrainConfig(batch_size=8, steps=30, lr=3e-3, warmup_steps=5, log_every=10,
+                          eval_every=10, eval_batches=2, progress=False)
+QUICK_FINAL_BATCHES = 8  # quick modes score 8 batches of valid/test, not the whole split
+
+
+def model_config(quick: bool, **changes) -> ModelConfig:
+    """The experiments' model (quick: a 2-layer width-16 one) with ``changes`` applied."""
+    return (QUICK_MODEL if quick else CPU_MODEL).replace(**changes)
+
+
+def train_config(data: str, quick: bool, **changes) -> TrainConfig:
+    if data not in DATASETS:
+        raise ValueError(f"unknown dataset {data!r}; valid: {', '.join(DATASETS)}")
+    base = QUICK_TRAIN if quick else CPU_TRAIN
+    seq = min(SEQ_LEN[data], QUICK_MODEL.max_len) if quick else SEQ_LEN[data]
+    return base.replace(data=data, seq_len=seq, **changes)
+
+
+def seeds_for(quick: bool) -> tuple[int, ...]:
+    return QUICK_SEEDS if quick else SEEDS
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cached multi-seed run. ``init_from`` continues another spec's trained models,
+    converted to ``model``'s residual kind (retrofitting); ``final_batches`` caps the final
+    evaluation (quick modes)."""
+
+    label: str
+    model: ModelConfig
+    train: TrainConfig
+    seeds: tuple[int, ...]
+    init_from: RunSpec | None = None
+    final_batches: int | None = None
+
+    def identity(self) -> dict:
+        """What the cache key hashes: config fields that differ from their defaults (so that a
+        new config field with a default keeps old keys valid), seeds and starting point."""
+        train = dataclasses.replace(self.train, data_dir=None, progress=True)
+        return {"model": _non_default(self.model), "train": _non_default(train),
+                "seeds": list(self.seeds), "final_batches": self.final_batches,
+                "init_from": self.init_from.key if self.init_from else None}
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(self.identity(), sort_keys=True)
+        return f"{self.label}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def _non_default(cfg) -> dict:
+    return {f.name: to_jsonable(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+            if getattr(cfg, f.name) != f.default}
+
+
+def spec(label: str, data: str, quick: bool, *, train_changes: dict | None = None,
+         init_from: RunSpec | None = None, **model_changes) -> RunSpec:
+    """A spec at the experiments' standard scale."""
+    return RunSpec(label=f"{data}-{label}", model=model_config(quick, **model_changes),
+                   train=train_config(data, quick, **(train_changes or {})),
+                   seeds=seeds_for(quick), init_from=init_from,
+                   final_batches=QUICK_FINAL_BATCHES if quick else None)
+
+
+def cache_dir(run_path: Path) -> Path:
+    """The run cache next to an experiment's run directory."""
+    return Path(run_path).parent / "lm_runs"
+
+
+def _corpus(name: str):
+    from dca_theory.lm import data as lm_data
+
+    if name not in _CORPORA:
+        _CORPORA[name] = lm_data.load_corpus(name)
+    return _CORPORA[name]
+
+
+_CORPORA: dict = {}
+
+
+def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
+    """The cached record of ``s``, training it first if needed (see the module docstring)."""
+    folder = Path(cache) / s.key
+    if (folder / "record.json").is_file():
+        return read_json(folder / "record.json")
+    if s.init_from is not None:
+        ensure_run(s.init_from, cache, log=log)
+    from dca_theory.lm.seeds import train_seeds
+
+    models = None
+    if s.init_from is not None:
+        from dca_theory.lm.retrofit import retrofit
+
+        models = [retrofit(m, s.model.replace(vocab_size=m.cfg.vocab_size))
+                  for m in load_models(s.init_from, cache)]
+    runs = train_seeds(s.model, s.train, s.seeds, corpus=_corpus(s.train.data), models=models,
+                       desc=s.label, keep_params=True, final_batches=s.final_batches,
+                       log=(lambda **r: log(run=s.label, **r)) if log else None)
+    folder.mkdir(parents=True, exist_ok=True)
+    _save_params(folder, runs)
+    np.savez_compressed(folder / "curves.npz", loss=runs.loss_SxT.astype(np.float32),
+                        grad_norm=runs.grad_norm_SxT.astype(np.float32),
+                        step_time=runs.step_time_T.astype(np.float32),
+                        eval_steps=np.array([e["step"] for e in runs.evals]),
+                        eval_valid_loss=np.array([e["valid_loss"] for e in runs.evals]))
+    from dca_theory.io import environment
+
+    record = {"key": s.key, "label": s.label, **s.identity(), **runs.record(),
+              "resolved_model": to_jsonable(runs.model_cfg), "environment": environment()}
+    write_json(folder / "record.json", record)
+    return read_json(folder / "record.json")
+
+
+def _save_params(folder: Path, runs) -> None:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(runs.params)
+    np.savez(folder / "params.npz", **{f"p{i}": np.asarray(x) for i, x in enumerate(leaves)})
+
+
+def load_curves(s: RunSpec, cache: Path) -> dict[str, np.ndarray]:
+    with np.load(Path(cache) / s.key / "curves.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+def load_models(s: RunSpec, cache: Path) -> list:
+    """The trained models of a cached run, one per seed (retrains if ``params.npz`` is gone)."""
+    import equinox as eqx
+    import jax
+
+    from dca_theory.lm.seeds import init_models, stack_models
+
+    folder = Path(cache) / s.key
+    record = ensure_run(s, cache)
+    cfg = ModelConfig(**record["resolved_model"])
+    if not (folder / "params.npz").is_file():  # a fresh clone has records but no parameters
+        (folder / "record.json").unlink()
+        ensure_run(s, cache)
+    template, static = stack_models(init_models(cfg, s.seeds))
+    with np.load(folder / "params.npz") as f:
+        leaves = [f[f"p{i}"] for i in range(len(f.files))]
+    params = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
+    return [eqx.combine(jax.tree_util.tree_map(lambda x: x[i], params), static)
+            for i in range(len(s.seeds))]
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def mean_std(values) -> dict:
+    """Mean, sample standard deviation (ddof=1) and n."""
+    v = np.asarray(values, float)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+            "n": int(v.size)}
+
+
+def paired(a, b) -> dict:
+    """Seed-paired difference ``b - a``: mean ± std, a two-sided paired t-test p-value, a 95%
+    confidence interval, and on how many seeds ``b`` is lower (better for perplexity)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    d = b - a
+    out = {**mean_std(d), "per_seed": d.tolist(), "b_lower_seeds": int((d < 0).sum())}
+    if d.size > 1 and d.std(ddof=1) > 0:
+        se = d.std(ddof=1) / np.sqrt(d.size)
+        half = float(stats.t.ppf(0.975, d.size - 1) * se)
+        out |= {"p_value": float(stats.ttest_rel(b, a).pvalue),
+                "ci95": [float(d.mean() - half), float(d.mean() + half)]}
+    else:
+        out |= {"p_value": None, "ci95": None}
+    return out
+
+
+def ppl(record: dict, split: str = "test") -> list[float]:
+    """Per-seed whole-split perplexity of a cached run."""
+    return record[f"{split}_ppl"]
