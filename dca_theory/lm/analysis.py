@@ -10,7 +10,8 @@ GRN-v1) and ``w`` (``D``) of every GRN; :func:`save_grn_analysis` writes both to
 
 Stack slots are labelled by what they hold (:func:`slot_labels`): ``input`` (the embedded
 model input), ``out_j`` (block j's output, 0-based) and, for k-DCA, ``middle_0..m`` (the sum of
-block outputs 0..m that left the last-k window).
+block outputs 0..m that left the last-k window). With ``cfg.grn_window`` (Table 9) only the
+window's entries are listed.
 
 Names: ``block_{t}`` for block t's GRN (``block_{t}.q|k|v`` for DCA's three GRNs) and
 ``output`` for the GRN before the final LayerNorm.
@@ -34,6 +35,8 @@ from dca_theory.residual import Combiner, stack_size
 
 def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
     """Labels of the stack entries a GRN sees after ``num_outputs`` block outputs."""
+    if cfg.residual != "dca" and cfg.grn_window is not None:  # Table 9: a window, no middle
+        return ["input" if i == 0 else f"out_{i - 1}" for i in cfg.grn_slots(num_outputs)]
     k = cfg.k if cfg.residual == "dca" else None
     size = stack_size(num_outputs, k)
     if size == num_outputs + 1:

@@ -18,6 +18,7 @@ LM_RESIDUALS: tuple[str, ...] = (
     "vanilla", "grn_v1", "grn_v2", "grn_v3", "dca",
     "denseformer", "hyper_connections", "laurel_lr", "laurel_pa",
 )
+GRN_WINDOW_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 
@@ -56,6 +57,11 @@ class ModelConfig:
     # GRN-v3 gate: "relu" (paper; ReLU'(0) = 0 so w never leaves its init 0) or "relu_open"
     # (same function, derivative 1 at 0 so w trains). See dca_theory.residual.relu_open.
     grn_gate: str = "relu"
+    # Table 9's restricted GRN stacks (grn_v1/v2/v3 only): ``grn_window`` entries per GRN
+    # (None: the whole stack); ``grn_input`` keeps the model input x plus the last
+    # ``grn_window - 1`` outputs, otherwise the last ``grn_window`` entries. See grn_slots.
+    grn_window: int | None = None
+    grn_input: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "d_mlp", "n_layers",
@@ -89,6 +95,40 @@ class ModelConfig:
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
         check_gate(self.grn_gate)
+        self._check_grn_window()
+
+    def _check_grn_window(self) -> None:
+        if not isinstance(self.grn_input, bool):
+            raise ValueError(f"grn_input must be True or False, got {self.grn_input!r}")
+        if self.grn_window is None and self.grn_input:
+            return
+        if self.residual not in GRN_WINDOW_RESIDUALS:
+            raise ValueError(
+                f"grn_window/grn_input are only valid with residual in "
+                f"{', '.join(GRN_WINDOW_RESIDUALS)}, got residual={self.residual!r}"
+            )
+        if self.grn_window is None:  # grn_input=False alone would be the full stack again
+            raise ValueError("grn_input=False needs grn_window (an integer >= 1), got None")
+        low = 2 if self.grn_input else 1  # the input slot plus at least one output
+        w = self.grn_window
+        if isinstance(w, bool) or not isinstance(w, int) or w < low:
+            raise ValueError(
+                f"grn_window must be None or an integer >= {low} with grn_input="
+                f"{self.grn_input}, got {w!r}"
+            )
+
+    def grn_slots(self, num_outputs: int) -> tuple[int, ...]:
+        """Which entries of the full stack ``[x, f_0, ..., f_{n-1}]`` (index 0 is x) a GRN
+        reads after ``num_outputs = n`` block outputs (paper Table 9). Entries outside the
+        window are dropped, not summed (summing them is k-DCA's middle slot)."""
+        if num_outputs < 0:
+            raise ValueError(f"num_outputs must be >= 0, got {num_outputs}")
+        full = tuple(range(num_outputs + 1))
+        if self.grn_window is None:
+            return full
+        if self.grn_input:  # x, then the last grn_window - 1 outputs
+            return (0,) + full[1:][-(self.grn_window - 1):]
+        return full[-self.grn_window:]
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -11,7 +11,7 @@ Closed form (T layers, width D, MLP width F, vocabulary V, ``S_t`` the stack siz
   Paper preset: **49,653,040**, the paper's 49.65M (Flax lm1b; positions are fixed).
 * grn_v1 / v2 / v3: one GRN over ``S_t = t + 1`` entries per block plus the output GRN over
   ``T + 1``: ``Σ_{s=1}^{T+1} s``, ``D Σ s`` and ``D Σ s + D(T+1)`` extra (§4.2's counts, plus the
-  output GRN).
+  output GRN). With ``grn_window`` (Table 9) each ``s`` is ``len(cfg.grn_slots(t))``.
 * dca: per block three GRN-v3 (``3 (S_t D + D)``) and two more LayerNorms than vanilla
   (``LN_q, LN_k, LN_v, LN_h`` instead of ``LN_1, LN_2``: ``+4D``); plus the output GRN-v3.
   k-DCA caps ``S_t`` at ``k + 2``.
@@ -83,7 +83,7 @@ def overhead(cfg: ModelConfig) -> int:
     if kind == "vanilla":
         return 0
     if kind in ("grn_v1", "grn_v2", "grn_v3"):
-        return sum(num_combiner_params(kind, s, d) for s in range(1, t + 2))
+        return sum(num_combiner_params(kind, len(cfg.grn_slots(i)), d) for i in range(t + 1))
     if kind == "dca":
         grns = sum(3 * num_combiner_params("grn_v3", stack_size(i, cfg.k), d) for i in range(t))
         final = num_combiner_params("grn_v3", stack_size(t, cfg.k), d)

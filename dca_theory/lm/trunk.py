@@ -16,6 +16,9 @@ Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (pape
   the whole stack before the final LayerNorm, as DCA's output GRN does. Evidence: Appendix H's
   Figure 10 (a 30-layer *GRN-v3* model) has an "Outputs" panel over stack indices 0–30. With
   b = 1 (w = 0) every GRN is the plain sum, so the model equals vanilla at init either way.
+  ``cfg.grn_window`` (Table 9) restricts every GRN, the final one included, to the stack
+  entries ``cfg.grn_slots(t)`` (x plus the last ``window - 1`` outputs, or the last ``window``
+  entries); the others are dropped, and each GRN's size follows its window.
 * ``dca`` — three GRN-v3 per block (:class:`~dca_theory.lm.blocks.DCABlock`) and a final
   GRN-v3 over the whole stack; ``cfg.k`` truncates the stack to ``[x, Σ middle, last k]``
   through :class:`~dca_theory.residual.ResidualStack` (k-DCA, §3.1/§5). Block ``t`` (0-based)
@@ -40,6 +43,7 @@ import abc
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
@@ -99,11 +103,18 @@ class ResidualTrunk(AbstractTrunk):
         if cfg.residual in GRN_RESIDUALS:
             dtype = dtype_of(cfg.param_dtype)
             grns = tuple(
-                make_combiner(cfg.residual, t + 1, cfg.d_model, dtype=dtype,
+                make_combiner(cfg.residual, len(cfg.grn_slots(t)), cfg.d_model, dtype=dtype,
                               gate=cfg.grn_gate)
                 for t in range(cfg.n_layers + 1)
             )
         return cls(cfg=cfg, blocks=blocks, grns=grns)
+
+    def _window(self, stack: ResidualStack) -> Float[Array, "S L D"]:
+        """The stack entries the next GRN reads (all of them unless ``cfg.grn_window``)."""
+        if self.cfg.grn_window is None:
+            return stack.array()
+        entries = stack.entries()
+        return jnp.stack([entries[i] for i in self.cfg.grn_slots(stack.num_outputs)])
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
@@ -120,14 +131,14 @@ class ResidualTrunk(AbstractTrunk):
         else:
             stack = ResidualStack.start(x_LxD)
             for t, (blk, grn, k) in enumerate(zip(self.blocks, self.grns, keys)):
-                g_SxLxD = stack.array()
+                g_SxLxD = self._window(stack)
                 in_LxD = grn(g_SxLxD)
                 f_LxD = blk.branch(in_LxD, causal=causal, key=k)
                 stack = stack.push(f_LxD)
                 if collect:
                     states |= {f"stack_{t}": g_SxLxD, f"block_{t}_in": in_LxD,
                                f"block_{t}_out": f_LxD, f"stream_{t}": stack.total()}
-            h_LxD = self.grns[-1](stack.array())
+            h_LxD = self.grns[-1](self._window(stack))
         if collect:
             states["final"] = h_LxD
         return h_LxD, states
