@@ -1,0 +1,94 @@
+"""Ablation of the GRN variants and DCA (paper Table 7) on Tiny Shakespeare (char) and Penn
+Treebank (word) at CPU scale.
+
+**Claim tested.** Paper Table 7 (6-layer LM1B, 500k steps): test perplexity Transformer 18.98 ±
+0.02, GRN-v1 18.80 ± 0.11, GRN-v2 18.43 ± 0.04, GRN-v3 18.41 ± 0.10, DCA 18.06 ± 0.01; each step
+of generalisation (v1 -> v2 -> v3 -> three GRN-v3 per block = DCA) lowers the perplexity, DCA
+by 0.92 (-4.8%) against the Transformer. Parameters 49.65M / 49.65M / 49.66M / 49.68M / 49.73M.
+
+**Design.** The runs of :func:`experiments._lm_grid.ablation_specs` (shared run cache): the
+width-64, depth-4 pre-LN transformer of :mod:`experiments._lm_common` (4 heads, MLP 256, 400
+steps of 16 sequences, lr 2e-3, 40 warm-up steps, AdamW as in the paper), with
+``residual`` = vanilla, grn_v1, grn_v2, grn_v3 (one GRN per block) and dca (three GRN-v3 per
+block plus an output GRN), seeds 0, 1, 2 (same data order for every architecture: differences
+are paired by seed). At the paper's initialisation (b = 1, w = 0) with the ReLU gate, the GRN-v3
+weights w get zero gradient, so GRN-v3 / DCA train as if they had GRN-v2 gates; the rows
+``grn_v3_open`` / ``dca_open`` (Tiny Shakespeare only) use the ``relu_open`` gate (same function,
+derivative 1 at 0), with which w trains. Reported: whole-split test perplexity per seed, mean ±
+std, seed-paired differences (each kind - vanilla, v2 - v1, v3 - v2, DCA - v3, open - paper
+gate) with paired t-test p-values and 95% intervals, relative change against vanilla (%) next
+to the paper's, and the parameter counts.
+
+**Command.** ``dca-theory run lm_ablation`` (full; reads / fills the cache
+``experiments/results/lm_runs``; writes ``experiments/results/lm_ablation``), or
+``dca-theory run lm_ablation --quick`` (Tiny Shakespeare only, width 16, depth 2, 30 steps,
+seeds 0, 1; cache ``runs/lm_runs``). Figure: ``figures/fig_lm_ablation.py``.
+
+**Runtime.** Full, from an empty cache: 12 runs x 3 seeds; about 2-4 minutes per run on 2 CPU
+cores (~40 CPU-minutes), seconds on a GPU; with the cache filled (by ``python -m
+experiments._lm_grid``) it only reads records (seconds). Quick, from an empty cache: about
+1.5 minutes on an idle 2-core machine (7 small compilations dominate).
+
+**Expected result** (measured; see ``paper/05_lm/ablation.md``): filled in from the committed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dca_theory.io import RunDir
+from dca_theory.paths import default_run_dir
+from experiments._lm_common import cache_dir, ensure_run, seeds_for
+from experiments._lm_grid import ABLATION_KINDS, OPEN_GATE_KINDS, ablation_specs
+from experiments._lm_tables import paper_summary, same_order, summarise_table
+
+NAME = "lm_ablation"
+OPEN_KINDS = tuple(f"{k}_open" for k in OPEN_GATE_KINDS)
+#: rows per dataset: the open-gate runs exist for Tiny Shakespeare only (see _lm_grid)
+KINDS = {"shakespeare": (*ABLATION_KINDS, *OPEN_KINDS), "ptb": ABLATION_KINDS}
+QUICK_DATASETS: tuple[str, ...] = ("shakespeare",)
+FULL_DATASETS: tuple[str, ...] = ("shakespeare", "ptb")
+#: seed-paired differences ``b - a`` reported for every dataset
+PAIRS: list[tuple[str, str]] = [
+    *[("vanilla", k) for k in (*ABLATION_KINDS[1:], *OPEN_KINDS)],
+    ("grn_v1", "grn_v2"), ("grn_v2", "grn_v3"), ("grn_v3", "dca"),
+    ("grn_v3", "grn_v3_open"), ("dca", "dca_open"), ("grn_v3_open", "dca_open"),
+]
+#: paper Table 7 (6-layer LM1B): test perplexity ± std, parameters (millions)
+PAPER_TABLE7 = {"vanilla": {"ppl": 18.98, "std": 0.02, "params_m": 49.65},
+                "grn_v1": {"ppl": 18.80, "std": 0.11, "params_m": 49.65},
+                "grn_v2": {"ppl": 18.43, "std": 0.04, "params_m": 49.66},
+                "grn_v3": {"ppl": 18.41, "std": 0.10, "params_m": 49.68},
+                "dca": {"ppl": 18.06, "std": 0.01, "params_m": 49.73}}
+
+
+def dataset_specs(quick: bool) -> dict[str, dict]:
+    """``{dataset: {kind: RunSpec}}`` of this experiment."""
+    datasets = QUICK_DATASETS if quick else FULL_DATASETS
+    return {d: {k: s for k, s in ablation_specs(quick, d).items() if k in KINDS[d]}
+            for d in datasets}
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+    specs = dataset_specs(quick)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+              "runs": {d: {k: {"key": s.key, "model": s.model, "train": s.train}
+                           for k, s in by_kind.items()} for d, by_kind in specs.items()},
+              "pairs": PAIRS}
+    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    cache = cache_dir(run.path)
+    paper = paper_summary(PAPER_TABLE7, PAIRS)
+    summary = {"datasets": {}, "paper_table7": paper, "cache": str(cache)}
+    for data, by_kind in specs.items():
+        records = {}
+        for kind, s in by_kind.items():
+            records[kind] = r = ensure_run(s, cache)
+            run.log(dataset=data, kind=kind, key=s.key, params=r["n_params"],
+                    test_ppl=r["test_ppl"], valid_ppl=r["valid_ppl"],
+                    median_step_s=r["median_step_s"])
+        table = summarise_table(records, PAIRS)
+        table["order_vs_paper"] = same_order(
+            [k for k in table["order_by_test_ppl"] if k in PAPER_TABLE7], paper["order_by_ppl"])
+        summary["datasets"][data] = table
+    run.finish(summary)
+    return run.path

@@ -1,0 +1,23 @@
+"""DCA against related residual schemes (``experiments/lm_related_work``; paper Table 5 at CPU
+scale). Same layout as :mod:`figures.fig_lm_ablation`: per dataset, mean test perplexity ± std
+with seed dots and the paired difference against vanilla; last panel, the change against vanilla
+in percent, ours next to the paper's. Reads ``results_dir/lm_related_work/summary.json`` only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dca_theory.io import read_json
+from figures.fig_lm_ablation import draw
+
+KIND = "experiment"
+NAME = "fig_lm_related_work"
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    path = Path(results_dir) / "lm_related_work" / "summary.json"
+    if not path.is_file():
+        return []
+    summary = read_json(path)
+    return draw(summary, summary["paper_table5"], out_dir, NAME)
