@@ -1,0 +1,233 @@
+"""Training stability: loss spikes of the Transformer against DCA, over every cached LM run.
+
+**Claim tested.** Paper §5 (Figures 7 and 8, LM1B, 12-42 layers): "we observe clear loss
+spikes with the transformer model ... training DCA is more stable, showing no significant loss
+spikes even for large models". No count or definition is given.
+
+**Design.** A loss spike is defined precisely in :mod:`dca_theory.lm.stability`: step ``t`` is
+a spike step if ``loss_t - median(previous 25 losses) > max(0.1 nats, c * 1.4826 * MAD)``, tested
+only after the warm-up (and the first window), consecutive spike steps forming one event;
+``c = 6`` is the headline, ``c`` in {4, 6, 8} the sensitivity. This experiment scans EVERY run in
+the run cache (``record.json`` + ``curves.npz``; whatever the other ``lm_*`` experiments and the
+background grid trained: widths 16-128, depths 2-8, both datasets, GRN variants, k-DCA, the
+related-work baselines, retrofitting) and counts the events of each seed run. Runs are grouped
+by residual family: ``vanilla``; ``dca_family`` (dca at any k, grn_v1/v2/v3, either gate);
+``baselines`` (DenseFormer, Hyper-Connections, LAuReL); ``retrofit`` (continued from a trained
+vanilla model; listed, kept out of the comparisons, which are about training from scratch).
+Reported per family: events per 1000 tested steps with an exact Poisson 95% interval; the exact
+conditional (binomial) test of the rate ratio DCA-family / vanilla and baselines / vanilla;
+Fisher's exact test on seed runs with at least one event; the same restricted to *matched*
+configurations (dataset, width, depth with both a vanilla and a DCA run); and the largest
+gradient norm over its post-warm-up median per seed run (Mann-Whitney U test). When even "all
+events in vanilla" could not reach p < 0.05, the summary says there are too few spikes to tell.
+
+**Command.** ``dca-theory run lm_stability`` (full: reads ``experiments/results/lm_runs``; run
+it LAST, after ``python -m experiments._lm_grid``; rerunning picks up new runs; writes
+``experiments/results/lm_stability``), or ``dca-theory run lm_stability --quick`` (trains, if
+absent, the quick vanilla and DCA runs of ``lm_ablation --quick`` into ``runs/lm_runs`` and
+scans that cache). Figure: ``figures/fig_lm_stability.py``.
+
+**Runtime.** Full: seconds (only reads curves). Quick, from an empty cache: under a minute on an
+idle 2-core machine (two small compilations); seconds when ``lm_ablation --quick`` ran first.
+
+**Expected result** (measured; see ``paper/05_lm/stability.md``): filled in from the committed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from dca_theory.io import RunDir, read_json, to_jsonable
+from dca_theory.lm.stability import (
+    SpikeRule,
+    detect_spikes,
+    fisher_runs_with_spikes,
+    grad_norm_ratio,
+    poisson_rate,
+    rate_ratio_test,
+)
+from dca_theory.lm.train_config import TrainConfig
+from dca_theory.paths import default_run_dir
+from experiments._lm_common import cache_dir, ensure_run
+from experiments._lm_grid import ablation_specs
+
+NAME = "lm_stability"
+WINDOW, C, ABS_FLOOR = 25, 6.0, 0.1
+C_GRID: tuple[float, ...] = (4.0, 6.0, 8.0)
+FAMILIES = {"vanilla": "vanilla", "dca": "dca_family", "grn_v1": "dca_family",
+            "grn_v2": "dca_family", "grn_v3": "dca_family", "denseformer": "baselines",
+            "hyper_connections": "baselines", "laurel_pa": "baselines", "laurel_lr": "baselines"}
+GROUPS: tuple[str, ...] = ("vanilla", "dca_family", "baselines", "retrofit")
+
+
+def load_cached_runs(cache: Path) -> list[dict]:
+    """Every finished run of the cache: its record, resolved configs and per-step curves."""
+    train_defaults = to_jsonable(TrainConfig())
+    runs = []
+    for record_path in sorted(Path(cache).glob("*/record.json")):
+        curves_path = record_path.parent / "curves.npz"
+        if not curves_path.is_file():
+            continue
+        record = read_json(record_path)
+        with np.load(curves_path) as f:
+            loss, grad = f["loss"].astype(float), f["grad_norm"].astype(float)
+        runs.append({"record": record, "model": record["resolved_model"],
+                     "train": train_defaults | record["train"], "loss_SxT": loss,
+                     "grad_norm_SxT": grad})
+    return runs
+
+
+def group_of(run: dict) -> str:
+    if run["record"]["init_from"] is not None:
+        return "retrofit"
+    return FAMILIES.get(run["model"]["residual"], "baselines")
+
+
+def analyse_seed_runs(runs: list[dict], c_grid=C_GRID) -> list[dict]:
+    """One row per (cached run, seed): spike events at every ``c``, exposure, gradient ratio."""
+    rows = []
+    for run in runs:
+        rec, model, train = run["record"], run["model"], run["train"]
+        skip = int(train["warmup_steps"])
+        for i, seed in enumerate(rec["seeds"]):
+            loss = run["loss_SxT"][i]
+            events = {c: detect_spikes(loss, SpikeRule(WINDOW, c, ABS_FLOOR, skip))
+                      for c in c_grid}
+            rule = SpikeRule(WINDOW, C, ABS_FLOOR, skip)
+            rows.append({
+                "key": rec["key"], "label": rec["label"], "seed": seed, "group": group_of(run),
+                "residual": model["residual"], "k": model["k"], "gate": model["grn_gate"],
+                "data": train["data"], "d_model": model["d_model"], "n_layers": model["n_layers"],
+                "steps": int(loss.size), "tested_steps": rule.tested_steps(loss.size),
+                "n_events": {str(c): len(e) for c, e in events.items()},
+                "events": [{"start": e.start, "end": e.end, "peak_excess": e.peak_excess,
+                            "peak_ratio": e.peak_ratio} for e in events[C]],
+                "grad_norm_ratio": grad_norm_ratio(run["grad_norm_SxT"][i], max(skip, 1)),
+            })
+    return rows
+
+
+def group_counts(rows: list[dict], c: float) -> dict:
+    """Per group: events, tested steps, rate per 1000 steps (exact interval), runs with events."""
+    out = {}
+    for g in GROUPS:
+        sel = [r for r in rows if r["group"] == g]
+        if not sel:
+            continue
+        count = sum(r["n_events"][str(c)] for r in sel)
+        exposure = sum(r["tested_steps"] for r in sel)
+        out[g] = {**poisson_rate(count, exposure), "seed_runs": len(sel),
+                  "seed_runs_with_events": sum(r["n_events"][str(c)] > 0 for r in sel),
+                  "cached_runs": len({r["key"] for r in sel})}
+    return out
+
+
+def compare(counts: dict, a: str, b: str) -> dict | None:
+    """Rate-ratio and Fisher tests of group ``b`` against group ``a``, and whether the events
+    are too few to tell (even all of them in ``a`` would not give p < 0.05)."""
+    if a not in counts or b not in counts:
+        return None
+    ca, cb = counts[a], counts[b]
+    test = rate_ratio_test(ca["count"], ca["exposure"], cb["count"], cb["exposure"])
+    n = test["n_events"]
+    best_p = rate_ratio_test(n, ca["exposure"], 0, cb["exposure"])["p_value"]
+    fisher = fisher_runs_with_spikes(ca["seed_runs_with_events"], ca["seed_runs"],
+                                     cb["seed_runs_with_events"], cb["seed_runs"])
+    return {"rate_ratio": test, "fisher_runs_with_events": fisher,
+            "smallest_possible_p": best_p, "too_few_to_tell": bool(best_p >= 0.05)}
+
+
+def matched_rows(rows: list[dict]) -> list[dict]:
+    """Vanilla and DCA (any k, either gate) seed runs of configurations that have both."""
+    def config(r):
+        return (r["data"], r["d_model"], r["n_layers"])
+
+    scratch = [r for r in rows if r["group"] != "retrofit"]
+    have = {res: {config(r) for r in scratch if r["residual"] == res} for res in ("vanilla", "dca")}
+    both = have["vanilla"] & have["dca"]
+    return [r for r in scratch if r["residual"] in ("vanilla", "dca") and config(r) in both]
+
+
+def grad_ratio_summary(rows: list[dict]) -> dict:
+    out = {}
+    for g in GROUPS:
+        v = [r["grad_norm_ratio"] for r in rows if r["group"] == g]
+        if v:
+            out[g] = {"median": float(np.median(v)), "mean": float(np.mean(v)),
+                      "max": float(np.max(v)), "n": len(v)}
+    va = [r["grad_norm_ratio"] for r in rows if r["group"] == "vanilla"]
+    for g in ("dca_family", "baselines"):
+        vb = [r["grad_norm_ratio"] for r in rows if r["group"] == g]
+        if va and vb and g in out:
+            out[g]["mannwhitney_p_vs_vanilla"] = float(stats.mannwhitneyu(va, vb).pvalue)
+    return out
+
+
+def example_pair(rows: list[dict]) -> dict | None:
+    """The vanilla seed run with the most events (ties: deepest, then widest) and the DCA run
+    (full stack, paper gate) of the same dataset, width, depth and seed."""
+    vanilla = [r for r in rows if r["group"] == "vanilla"]
+    dca = {(r["data"], r["d_model"], r["n_layers"], r["seed"]): r for r in rows
+           if r["group"] == "dca_family" and r["residual"] == "dca" and r["k"] is None
+           and r["gate"] == "relu"}
+    ranked = sorted(vanilla, key=lambda r: (r["n_events"][str(C)], r["n_layers"], r["d_model"]),
+                    reverse=True)
+    for v in ranked:
+        d = dca.get((v["data"], v["d_model"], v["n_layers"], v["seed"]))
+        if d is not None:
+            return {"vanilla": v, "dca": d}
+    return None
+
+
+def summarise(rows: list[dict]) -> dict:
+    by_c = {}
+    for c in C_GRID:
+        counts = group_counts(rows, c)
+        m_counts = group_counts(matched_rows(rows), c)
+        by_c[str(c)] = {"groups": counts,
+                        "dca_family_vs_vanilla": compare(counts, "vanilla", "dca_family"),
+                        "baselines_vs_vanilla": compare(counts, "vanilla", "baselines"),
+                        "matched_groups": m_counts,
+                        "matched_dca_vs_vanilla": compare(m_counts, "vanilla", "dca_family")}
+    return {"rule": {"window": WINDOW, "c": C, "abs_floor_nats": ABS_FLOOR,
+                     "skip": "each run's warm-up steps", "c_grid": list(C_GRID)},
+            "by_c": by_c, "headline": by_c[str(C)], "grad_norm_ratio": grad_ratio_summary(rows),
+            "n_cached_runs": len({r["key"] for r in rows}), "n_seed_runs": len(rows),
+            "seed_runs": rows}
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+    config = {"experiment": NAME, "quick": quick,
+              "rule": {"window": WINDOW, "c": C, "abs_floor": ABS_FLOOR, "c_grid": C_GRID},
+              "groups": FAMILIES}
+    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    cache = cache_dir(run.path)
+    if quick:  # make sure the quick cache holds at least a vanilla and a DCA run
+        specs = ablation_specs(True, "shakespeare")
+        for kind in ("vanilla", "dca"):
+            ensure_run(specs[kind], cache)
+    runs = load_cached_runs(cache)
+    if not runs:
+        raise FileNotFoundError(f"no cached runs (record.json + curves.npz) under {cache}; "
+                                "train them first: python -m experiments._lm_grid")
+    rows = analyse_seed_runs(runs)
+    for r in rows:
+        run.log(**{k: r[k] for k in ("key", "seed", "group", "steps", "tested_steps",
+                                     "n_events", "grad_norm_ratio")})
+    summary = summarise(rows) | {"cache": str(cache)}
+    pair = example_pair(rows)
+    if pair is not None:
+        curves = {}
+        for name, r in pair.items():
+            src = next(x for x in runs if x["record"]["key"] == r["key"])
+            i = src["record"]["seeds"].index(r["seed"])
+            curves[f"{name}_loss"], curves[f"{name}_grad_norm"] = (
+                src["loss_SxT"][i], src["grad_norm_SxT"][i])
+        run.save_arrays("example_curves.npz", **curves)
+        summary["example_pair"] = {n: {"key": r["key"], "seed": r["seed"], "label": r["label"]}
+                                   for n, r in pair.items()}
+    run.finish(summary)
+    return run.path
