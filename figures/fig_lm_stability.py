@@ -2,11 +2,12 @@
 
 Left: training loss of one vanilla seed run and the DCA run of the same dataset, size and seed
 (the vanilla run with the most detected spikes), detected spike events (``c = 6``) marked, the
-untested start (warm-up, first window) shaded. Middle: spike events per 1000 tested steps per group (vanilla, DCA family,
-related-work baselines) at ``c`` = 4, 6, 8, with exact Poisson 95% intervals and the event
-counts. Right: per seed run, the largest gradient norm over its post-warm-up median. Reads
-``results_dir/lm_stability`` only (``summary.json``, ``example_curves.npz``); writes PNG, PDF,
-a CSV of the per-group rates and a JSON of the per-seed-run values.
+untested start (warm-up, first window) shaded. Middle: spike events per 1000 tested steps per
+group (vanilla, DCA family, related-work baselines) at ``c`` = 4, 6, 8, with exact Poisson 95%
+intervals and the event counts. Right: per seed run, the largest gradient norm over its
+post-warm-up median. Reads ``results_dir/lm_stability`` only (``summary.json``,
+``example_curves.npz``); writes PNG, PDF, a CSV of the per-group rates and a JSON of the
+per-seed-run values.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from jaxtyping import Float
 from scipy import stats
 
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^{-1}(3/4): MAD of N(0, s^2) is s / 1.4826
@@ -90,8 +89,7 @@ class SpikeEvent:
         return self.end - self.start + 1
 
 
-def spike_excess(loss_T: Float[np.ndarray, " T"], rule: SpikeRule
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def spike_excess(loss_T: np.ndarray, rule: SpikeRule) -> tuple[np.ndarray, np.ndarray]:
     """``(excess_T, threshold_T)``: ``loss_t - median(window)`` and ``max(a, c sigma_t)``; both
     NaN on untested steps."""
     loss_T = np.asarray(loss_T, float)
@@ -113,8 +111,7 @@ def spike_excess(loss_T: Float[np.ndarray, " T"], rule: SpikeRule
     return excess, threshold
 
 
-def detect_spikes(loss_T: Float[np.ndarray, " T"], rule: SpikeRule = SpikeRule()
-                  ) -> list[SpikeEvent]:
+def detect_spikes(loss_T: np.ndarray, rule: SpikeRule = SpikeRule()) -> list[SpikeEvent]:
     """The spike events of one loss curve under ``rule`` (see the module docstring).
 
     A non-finite loss on a tested step counts as a spike step (a diverged step is the
@@ -138,7 +135,7 @@ def detect_spikes(loss_T: Float[np.ndarray, " T"], rule: SpikeRule = SpikeRule()
     return events
 
 
-def grad_norm_ratio(grad_norm_T: Float[np.ndarray, " T"], skip: int) -> float:
+def grad_norm_ratio(grad_norm_T: np.ndarray, skip: int) -> float:
     """``max / median`` of the gradient norm over steps ``skip..`` (1 for a flat curve): how far
     the largest gradient rises above the typical one after the warm-up."""
     g = np.asarray(grad_norm_T, float)[skip:]

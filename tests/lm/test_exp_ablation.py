@@ -62,7 +62,8 @@ def test_paper_summary_and_ordering():
     assert paper["differences"]["dca-vanilla"] == pytest.approx(18.06 - 18.98)
     assert paper["differences"]["grn_v3-grn_v2"] == pytest.approx(-0.02)
     assert paper["order_by_ppl"] == ["dca", "grn_v3", "grn_v2", "grn_v1", "vanilla"]
-    assert same_order(paper["order_by_ppl"], paper["order_by_ppl"])["kendall_tau"] == pytest.approx(1)
+    same = same_order(paper["order_by_ppl"], paper["order_by_ppl"])
+    assert same["kendall_tau"] == pytest.approx(1) and same["identical"]
     rev = same_order(paper["order_by_ppl"][::-1], paper["order_by_ppl"])
     assert rev["kendall_tau"] == pytest.approx(-1) and rev["identical"] is False
 
