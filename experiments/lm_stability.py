@@ -18,8 +18,11 @@ Reported per family: events per 1000 tested steps with an exact Poisson 95% inte
 conditional (binomial) test of the rate ratio DCA-family / vanilla and baselines / vanilla;
 Fisher's exact test on seed runs with at least one event; the same restricted to *matched*
 configurations (dataset, width, depth with both a vanilla and a DCA run); and the largest
-gradient norm over its post-warm-up median per seed run (Mann-Whitney U test). When even "all
-events in vanilla" could not reach p < 0.05, the summary says there are too few spikes to tell.
+gradient norm over its post-warm-up median per seed run (Mann-Whitney U test); and how many
+events coincide (within 2 steps) with an event of another residual kind on the same dataset and
+seed, i.e. on the same batches (seed ``s`` gives every architecture the same data order): shared
+events point at hard batches, not at one architecture's instability. When even "all events in
+vanilla" could not reach p < 0.05, the summary says there are too few spikes to tell.
 
 **Command.** ``dca-theory run lm_stability`` (full: reads ``experiments/results/lm_runs``; run
 it LAST, after ``python -m experiments._lm_grid``; rerunning picks up new runs; writes
@@ -103,8 +106,9 @@ def analyse_seed_runs(runs: list[dict], c_grid=C_GRID) -> list[dict]:
                 "data": train["data"], "d_model": model["d_model"], "n_layers": model["n_layers"],
                 "steps": int(loss.size), "tested_steps": rule.tested_steps(loss.size),
                 "n_events": {str(c): len(e) for c, e in events.items()},
-                "events": [{"start": e.start, "end": e.end, "peak_excess": e.peak_excess,
-                            "peak_ratio": e.peak_ratio} for e in events[C]],
+                "events": {str(c): [{"start": e.start, "end": e.end, "peak_excess": e.peak_excess,
+                                     "peak_ratio": e.peak_ratio} for e in ev]
+                           for c, ev in events.items()},
                 "grad_norm_ratio": grad_norm_ratio(run["grad_norm_SxT"][i], max(skip, 1)),
             })
     return rows
@@ -151,6 +155,23 @@ def matched_rows(rows: list[dict]) -> list[dict]:
     return [r for r in scratch if r["residual"] in ("vanilla", "dca") and config(r) in both]
 
 
+def shared_events(rows: list[dict], c: float, tolerance: int = 2) -> dict:
+    """How many events (from-scratch runs) coincide, within ``tolerance`` steps, with an event
+    of a run of a *different* residual kind on the same dataset and seed. Seed ``s`` feeds every
+    architecture (and every width and depth) the same batches, so a shared event points at a
+    hard batch rather than at an instability of one architecture."""
+    scratch = [r for r in rows if r["group"] != "retrofit"]
+    total, shared = 0, 0
+    for r in scratch:
+        others = [o for o in scratch if o["residual"] != r["residual"]
+                  and (o["data"], o["seed"]) == (r["data"], r["seed"])]
+        other_starts = [e["start"] for o in others for e in o["events"][str(c)]]
+        for e in r["events"][str(c)]:
+            total += 1
+            shared += any(abs(e["start"] - t) <= tolerance for t in other_starts)
+    return {"events": total, "shared_with_other_kind": shared, "tolerance_steps": tolerance}
+
+
 def grad_ratio_summary(rows: list[dict]) -> dict:
     out = {}
     for g in GROUPS:
@@ -191,7 +212,8 @@ def summarise(rows: list[dict]) -> dict:
                         "dca_family_vs_vanilla": compare(counts, "vanilla", "dca_family"),
                         "baselines_vs_vanilla": compare(counts, "vanilla", "baselines"),
                         "matched_groups": m_counts,
-                        "matched_dca_vs_vanilla": compare(m_counts, "vanilla", "dca_family")}
+                        "matched_dca_vs_vanilla": compare(m_counts, "vanilla", "dca_family"),
+                        "shared_events": shared_events(rows, c)}
     return {"rule": {"window": WINDOW, "c": C, "abs_floor_nats": ABS_FLOOR,
                      "skip": "each run's warm-up steps", "c_grid": list(C_GRID)},
             "by_c": by_c, "headline": by_c[str(C)], "grad_norm_ratio": grad_ratio_summary(rows),

@@ -24,6 +24,7 @@ NAME = "fig_lm_stability"
 GROUPS = ("vanilla", "dca_family", "baselines")
 COLORS = {"vanilla": "#4c4c4c", "dca_family": "#ff7f0e", "baselines": "#9467bd"}
 LABELS = {"vanilla": "Transformer", "dca_family": "DCA / GRN", "baselines": "baselines"}
+C = "6.0"  # the headline threshold of experiments/lm_stability
 
 
 def rate_rows(summary: dict) -> list[dict]:
@@ -49,8 +50,8 @@ def example_panel(ax, summary: dict, curves: dict, warmup: int) -> None:
         row = rows[(pair[name]["key"], pair[name]["seed"])]
         ax.plot(np.arange(1, loss.size + 1), loss, color=colors[name], lw=0.7,
                 label=f"{'Transformer' if name == 'vanilla' else 'DCA'} "
-                      f"({len(row['events'])} spikes)")
-        starts = [e["start"] for e in row["events"]]
+                      f"({len(row['events'][C])} spikes)")
+        starts = [e["start"] for e in row["events"][C]]
         ax.scatter(np.asarray(starts) + 1, loss[starts], marker="v", color="red", s=14, zorder=3)
         post.append(loss[warmup:])
     lo = min(float(p.min()) for p in post)

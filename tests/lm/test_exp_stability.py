@@ -63,7 +63,8 @@ def test_counts_planted_spikes_by_group(cache):
     by = {(r["key"], r["seed"]): r for r in rows}
     # 100 and 101 are consecutive: one event
     assert by[("v4", 0)]["n_events"] == {"4.0": 2, "6.0": 2, "8.0": 2}
-    assert [(e["start"], e["end"]) for e in by[("v4", 0)]["events"]] == [(100, 101), (200, 200)]
+    assert [(e["start"], e["end"]) for e in by[("v4", 0)]["events"]["6.0"]] == [
+        (100, 101), (200, 200)]
     assert by[("ptb-v", 0)]["data"] == "ptb"
     assert by[("retro", 0)]["group"] == "retrofit" and by[("g2", 0)]["group"] == "dca_family"
     assert by[("v4", 0)]["tested_steps"] == STEPS - WARMUP
@@ -92,6 +93,17 @@ def test_enough_spikes_resolve_a_difference(tmp_path):
     # 12 vs 0 events at equal exposure: p = 2 * 0.5^12
     assert comp["rate_ratio"]["p_value"] == pytest.approx(2 * 0.5**12)
     assert not comp["too_few_to_tell"]
+
+
+def test_shared_events_point_at_hard_batches(tmp_path):
+    c = tmp_path / "lm_runs"
+    add_run(c, "v", "vanilla", spikes=[(1, 300), (2, 150)])
+    add_run(c, "d", "dca", spikes=[(1, 301)], seed=1)  # same seed, next step: shared
+    add_run(c, "v8", "vanilla", n_layers=8, spikes=[(2, 150)], seed=2)  # same kind: not shared
+    add_run(c, "p", "dca", data="ptb", spikes=[(2, 150)], seed=3)  # other dataset: not shared
+    rows = lm_stability.analyse_seed_runs(lm_stability.load_cached_runs(c))
+    out = lm_stability.shared_events(rows, 6.0)
+    assert out == {"events": 5, "shared_with_other_kind": 2, "tolerance_steps": 2}
 
 
 def test_full_mode_scans_cache_and_draws(cache, tmp_path):
