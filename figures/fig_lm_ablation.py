@@ -43,9 +43,9 @@ def per_seed_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def bar_panel(ax, table: dict, title: str) -> None:
+def bar_panel(ax, table: dict, title: str, order=ORDER) -> None:
     """Bars of mean test ppl ± std, seed dots joined per seed, ``Δ vs vanilla`` labels."""
-    kinds = [k for k in ORDER if k in table["rows"]]
+    kinds = [k for k in order if k in table["rows"]]
     lows = []
     for i, kind in enumerate(kinds):
         row = table["rows"][kind]
@@ -70,11 +70,11 @@ def bar_panel(ax, table: dict, title: str) -> None:
     ax.set(ylabel="test perplexity", title=title)
 
 
-def relative_panel(ax, summary: dict, paper: dict) -> None:
+def relative_panel(ax, summary: dict, paper: dict, order=ORDER) -> None:
     """Change of the mean test perplexity against vanilla (%): ours per dataset vs the paper."""
     ours = set().union(*(t["relative_to_reference_pct"] for t in summary["datasets"].values()))
     paper_rel = paper["relative_to_reference_pct"]
-    kinds = [k for k in ORDER if k != "vanilla" and (k in paper_rel or k in ours)]
+    kinds = [k for k in order if k != "vanilla" and (k in paper_rel or k in ours)]
     x = np.arange(len(kinds))
     ax.bar(x, [paper_rel.get(k, np.nan) for k in kinds], color="0.8", width=0.7,
            label="paper (LM1B)")
@@ -89,12 +89,13 @@ def relative_panel(ax, summary: dict, paper: dict) -> None:
     ax.legend(loc="lower left")
 
 
-def draw(summary: dict, paper: dict, out_dir: Path, name: str) -> list[Path]:
+def draw(summary: dict, paper: dict, out_dir: Path, name: str, order=ORDER) -> list[Path]:
+    """The figure of one table summary (``order``: the rows, left to right)."""
     datasets = list(summary["datasets"])
     fig, axes = figure(len(datasets) + 1, width=FULL, height=2.4)
     for ax, data in zip(axes, datasets):
-        bar_panel(ax, summary["datasets"][data], DATA_LABELS.get(data, data))
-    relative_panel(axes[-1], summary, paper)
+        bar_panel(ax, summary["datasets"][data], DATA_LABELS.get(data, data), order)
+    relative_panel(axes[-1], summary, paper, order)
     plotted = {"datasets": {d: {k: summary["datasets"][d][k]
                                 for k in ("rows", "paired_test_ppl", "relative_to_reference_pct")}
                             for d in datasets}, "paper": paper}

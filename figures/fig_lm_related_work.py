@@ -13,6 +13,7 @@ from figures.fig_lm_ablation import draw
 
 KIND = "experiment"
 NAME = "fig_lm_related_work"
+ORDER = ("vanilla", "laurel_pa", "denseformer", "hyper_connections", "dca")  # paper Table 5
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
@@ -20,4 +21,4 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     if not path.is_file():
         return []
     summary = read_json(path)
-    return draw(summary, summary["paper_table5"], out_dir, NAME)
+    return draw(summary, summary["paper_table5"], out_dir, NAME, ORDER)
