@@ -1,0 +1,148 @@
+"""Which stack entries do trained GRNs weight? The learned biases b of GRN-v3 and DCA models
+per stack slot (paper Appendix H, Figure 10), and the gate weights w, on Tiny Shakespeare.
+
+**Claim tested.** Paper Figure 10 (30-layer GRN-v3 on LM1B): per GRN, the median over features
+of the bias b per stack entry and a 90% band; "The layers tend to weight the inputs and the
+last few layers the most and frequently assign a negative bias for the intermediate layers,
+indicating that the layers are filtered out as a result of the ReLU activation." The authors
+also cite this figure as the motivation of k-DCA (first and last layers matter most). The
+plotted values lie in about [-0.2, 0.3] although b starts at 1 (``dca-paper.md`` App. H:
+unresolved).
+
+**Design.** The trained models of :func:`experiments._lm_grid.ablation_specs` (Tiny
+Shakespeare, width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the
+paper's ReLU gate and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every
+GRN and seed, :func:`dca_theory.lm.analysis.bias_profile` gives the median and 5-95% band of b
+over the 64 features per stack slot. Shape checks over every GRN with at least 3 slots: are the
+two largest slot medians the input and the newest output? Are all intermediate slots below both
+ends? What fraction of intermediate medians is negative? The gate weights w: L2 norm and max
+|w| per GRN and seed. With the paper's gate and w = 0 at init, ReLU'(0) = 0 gives w exactly
+zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0); with the open gate w trains.
+
+**Command.** ``dca-theory run lm_weights`` (full; reads the cache ``experiments/results/lm_runs``,
+writes ``experiments/results/lm_weights``) or ``dca-theory run lm_weights --quick`` (width 16,
+depth 2, 30 steps, seeds 0, 1; cache ``runs/lm_runs``). Figure: ``figures/fig_lm_weights.py``.
+
+**Runtime.** Full with the cache filled: seconds (loads 4 x 3 models; no training); from an
+empty cache 4 runs x 3 seeds, about 10-15 CPU-minutes on 2 cores. Quick, from an empty quick
+cache: about 1 minute on an idle 2-core machine (4 small compilations).
+
+**Expected result** (measured; see ``paper/05_lm/weights.md``): filled in from the committed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import RunDir
+from dca_theory.paths import default_run_dir
+from experiments._lm_common import cache_dir, ensure_run, load_models, seeds_for
+from experiments._lm_grid import ablation_specs
+
+NAME = "lm_weights"
+KINDS: tuple[str, ...] = ("grn_v3", "grn_v3_open", "dca", "dca_open")
+
+
+def shape_check(median: list[float]) -> dict | None:
+    """Figure 10's pattern on one GRN's slot medians (oldest slot first: input ... newest).
+
+    ``None`` with fewer than 3 slots (no intermediate entry). Otherwise: whether the input and
+    the newest output hold the two largest medians, whether every intermediate median lies
+    below both ends, and the fraction of intermediate medians below zero.
+    """
+    m = np.asarray(median, float)
+    if m.size < 3:
+        return None
+    mid = m[1:-1]
+    top2 = set(np.argsort(-m, kind="stable")[:2].tolist())
+    return {"ends_top2": top2 == {0, m.size - 1},
+            "intermediate_below_ends": bool(mid.max() < min(m[0], m[-1])),
+            "frac_intermediate_negative": float((mid < 0).mean()),
+            "input_minus_intermediate": float(m[0] - mid.mean()),
+            "last_minus_intermediate": float(m[-1] - mid.mean())}
+
+
+def aggregate_checks(checks: list[dict]) -> dict:
+    """Fractions (over GRNs x seeds) of the :func:`shape_check` results."""
+    checks = [c for c in checks if c is not None]
+    if not checks:
+        return {"n": 0}
+    return {"n": len(checks),
+            "frac_ends_top2": float(np.mean([c["ends_top2"] for c in checks])),
+            "frac_intermediate_below_ends": float(np.mean([c["intermediate_below_ends"]
+                                                           for c in checks])),
+            "mean_frac_intermediate_negative": float(np.mean(
+                [c["frac_intermediate_negative"] for c in checks])),
+            "mean_input_minus_intermediate": float(np.mean(
+                [c["input_minus_intermediate"] for c in checks])),
+            "mean_last_minus_intermediate": float(np.mean(
+                [c["last_minus_intermediate"] for c in checks]))}
+
+
+def w_stats(arrays_per_seed: list[dict[str, np.ndarray]]) -> dict:
+    """Per GRN: L2 norm and max |w| per seed; overall max |w| and mean norm."""
+    per_grn: dict[str, dict] = {}
+    for arrays in arrays_per_seed:
+        for name, w in arrays.items():
+            if not name.endswith(".w"):
+                continue
+            g = per_grn.setdefault(name[:-2], {"norm": [], "max_abs": []})
+            g["norm"].append(float(np.linalg.norm(w)))
+            g["max_abs"].append(float(np.max(np.abs(w))))
+    if not per_grn:
+        return {"per_grn": {}, "max_abs": None, "mean_norm": None, "all_exactly_zero": None}
+    return {"per_grn": per_grn,
+            "max_abs": max(max(g["max_abs"]) for g in per_grn.values()),
+            "mean_norm": float(np.mean([np.mean(g["norm"]) for g in per_grn.values()])),
+            "all_exactly_zero": all(max(g["max_abs"]) == 0.0 for g in per_grn.values())}
+
+
+def seed_mean_profiles(profiles_per_seed: list[list[dict]]) -> list[dict]:
+    """Per GRN: the seed mean of the per-seed median / low / high of b per slot."""
+    out = []
+    for rows in zip(*profiles_per_seed):
+        if len({r["grn"] for r in rows}) != 1:
+            raise ValueError("seeds disagree on the GRN order")
+        out.append({"grn": rows[0]["grn"], "slots": rows[0]["slots"],
+                    "num_outputs": rows[0]["num_outputs"],
+                    **{k: np.mean([r[k] for r in rows], axis=0).tolist()
+                       for k in ("median", "low", "high")}})
+    return out
+
+
+def analyse(models) -> dict:
+    """Bias profiles, shape checks and w statistics of one run's trained models (one per seed)."""
+    from dca_theory.lm.analysis import bias_profile, grn_weights
+
+    profiles = [bias_profile(m) for m in models]
+    checks = [shape_check(r["median"]) for prof in profiles for r in prof]
+    return {"profiles_per_seed": profiles, "profile_seed_mean": seed_mean_profiles(profiles),
+            "shape": aggregate_checks(checks),
+            "shape_output_grn": aggregate_checks(
+                [shape_check(r["median"]) for prof in profiles for r in prof
+                 if r["grn"] == "output"]),
+            "w": w_stats([grn_weights(m) for m in models])}
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+    specs = {k: s for k, s in ablation_specs(quick, "shakespeare").items() if k in KINDS}
+    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+                       for k, s in specs.items()}}
+    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    cache = cache_dir(run.path)
+    summary = {"kinds": {}, "cache": str(cache), "band_percentiles": [5.0, 95.0]}
+    for kind in KINDS:
+        s = specs[kind]
+        record = ensure_run(s, cache)
+        result = analyse(load_models(s, cache))
+        result |= {"key": s.key, "grn_gate": s.model.grn_gate, "residual": s.model.residual,
+                   "test_ppl": record["test_ppl"]}
+        summary["kinds"][kind] = result
+        run.log(kind=kind, key=s.key, w_max_abs=result["w"]["max_abs"],
+                w_mean_norm=result["w"]["mean_norm"], **{f"shape_{k}": v for k, v in
+                                                         result["shape"].items()})
+    run.finish(summary)
+    return run.path

@@ -1,0 +1,77 @@
+"""Retrofitting DCA into a trained Transformer (``experiments/lm_retrofit``; paper Table 4 at
+CPU scale).
+
+Left: validation perplexity of the continuations (Transformer continued as a Transformer, and
+converted to DCA) against continuation step, mean ± std over seeds; step 0 is the pretrained
+model (identical for both, measured), open markers the periodic evaluations on the first
+validation batches, filled markers the last, whole-split evaluation (with the pretrained
+model's whole-split value as a dotted line). Right: the seed-paired DCA - Transformer
+difference per seed and its mean. Reads ``results_dir/lm_retrofit/summary.json`` only; writes
+PNG, PDF and a CSV of the plotted numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import read_json
+from figures.style import figure, save
+
+KIND = "experiment"
+NAME = "fig_lm_retrofit"
+KINDS = ("vanilla", "dca")
+COLORS = {"vanilla": "#4c4c4c", "dca": "#d62728"}
+LABELS = {"vanilla": "continued as Transformer", "dca": "continued as DCA (retrofit)"}
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    path = Path(results_dir) / "lm_retrofit" / "summary.json"
+    if not path.exists():
+        return []
+    summary = read_json(path)
+    curves = summary["valid_curves"]
+    fig, (ax, ax_d) = figure(2, height=2.4)
+    rows = []
+    for kind in KINDS:
+        pts = curves[kind]
+        step = np.array([p["step"] for p in pts])
+        vals = np.array([p["valid_ppl"] for p in pts])  # steps x seeds
+        whole = np.array([p["whole_split"] for p in pts])
+        mean, std = vals.mean(axis=1), vals.std(axis=1, ddof=1)
+        part = ~whole
+        ax.plot(step[part], mean[part], color=COLORS[kind], marker="o", ms=2.5, mfc="white",
+                label=LABELS[kind], ls="--" if kind == "vanilla" else "-", zorder=3)
+        ax.fill_between(step[part], (mean - std)[part], (mean + std)[part], color=COLORS[kind],
+                        alpha=0.15, lw=0)
+        shift = (-0.015 if kind == "vanilla" else 0.015) * step.max()  # side by side
+        ax.errorbar(step[whole] + shift, mean[whole], yerr=std[whole], fmt="o", ms=3.5,
+                    color=COLORS[kind], capsize=2)
+        rows += [{"kind": kind, "step": int(s), "whole_split": bool(w), "valid_ppl_mean": m,
+                  "valid_ppl_std": sd, "per_seed": " ".join(f"{v:.4f}" for v in row)}
+                 for s, w, m, sd, row in zip(step, whole, mean, std, vals)]
+    pre = np.array(curves["pretrained_whole_split"])
+    last = max(p["step"] for p in curves["vanilla"])
+    ax.hlines(pre.mean(), 0, last, colors="0.5", linestyles=":", lw=0.8,
+              label="pretrained (whole split)")
+    ax.set(xlabel="continuation step", ylabel="validation perplexity")
+    ax.legend(loc="upper right")
+    rows.append({"kind": "pretrained", "step": 0, "whole_split": True,
+                 "valid_ppl_mean": pre.mean(), "valid_ppl_std": pre.std(ddof=1) if pre.size > 1
+                 else 0.0, "per_seed": " ".join(f"{v:.4f}" for v in pre)})
+    van = {p["step"]: np.array(p["valid_ppl"]) for p in curves["vanilla"]}
+    steps = sorted(van)
+    diff = np.array([np.array(next(p["valid_ppl"] for p in curves["dca"] if p["step"] == s))
+                     - van[s] for s in steps])  # steps x seeds
+    for j in range(diff.shape[1]):
+        ax_d.plot(steps, diff[:, j], color=COLORS["dca"], lw=0.6, alpha=0.5)
+    ax_d.plot(steps, diff.mean(axis=1), color=COLORS["dca"], marker="o", ms=2.5, label="mean")
+    ax_d.axhline(0.0, color="0.5", lw=0.7)
+    pres = summary["preservation"]["worst"]
+    ax_d.set(xlabel="continuation step", ylabel="valid ppl, DCA - Transformer",
+             title=f"at step 0: max rel. logit diff {pres['rel_logit_diff']:.1e}")
+    rows += [{"kind": "dca-vanilla", "step": int(s), "whole_split": "", "valid_ppl_mean": d.mean(),
+              "valid_ppl_std": d.std(ddof=1) if d.size > 1 else 0.0,
+              "per_seed": " ".join(f"{v:.4f}" for v in d)} for s, d in zip(steps, diff)]
+    return save(fig, out_dir, NAME, rows=rows)

@@ -1,0 +1,78 @@
+"""Learned GRN biases per stack slot (``experiments/lm_weights``; paper Figure 10 at CPU scale).
+
+Two figures, ``fig_lm_weights_grn_v3`` (GRN-v3: one panel per block GRN from block 2 on, and
+the output GRN) and ``fig_lm_weights_dca`` (DCA: the query GRN of each block from block 2 on,
+and the output GRN). In each panel the x-axis is the GRN's stack slot (``in`` = model input,
+``j`` = block j's output, 1-based), the line is the median of b over the features (averaged
+over seeds) and the band the 5-95% range (seed-averaged percentiles), for the paper's ReLU gate
+and the open gate (w trains). Figure 10 itself shows a 30-layer model. Reads
+``results_dir/lm_weights/summary.json`` only; writes PNG, PDF and a CSV per figure.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import read_json
+from figures.style import FULL, figure, save
+
+KIND = "experiment"
+NAME = "fig_lm_weights"
+FAMILIES = {"grn_v3": ("grn_v3", "grn_v3_open"), "dca": ("dca", "dca_open")}
+COLORS = {"relu": "#2ca02c", "relu_open": "#9467bd"}
+GATE_LABELS = {"relu": "ReLU gate (paper)", "relu_open": "open gate (w trains)"}
+TITLES = {"grn_v3": "GRN-v3", "dca": "DCA"}
+
+
+def panel_grns(names: list[str]) -> list[str]:
+    """The GRNs drawn: block GRNs (DCA: query GRNs) with >= 2 slots, then the output GRN."""
+    keep = [n for n in names
+            if (m := re.fullmatch(r"block_(\d+)(\.q)?", n)) and int(m.group(1)) >= 1]
+    return keep + (["output"] if "output" in names else [])
+
+
+def slot_ticks(slots: list[str]) -> list[str]:
+    """``input`` -> ``in``, ``out_j`` -> ``j+1`` (1-based layer numbers, as in Figure 10)."""
+    return ["in" if s == "input" else str(int(s.split("_")[1]) + 1) if s.startswith("out_")
+            else s for s in slots]
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    path = Path(results_dir) / "lm_weights" / "summary.json"
+    if not path.exists():
+        return []
+    kinds = read_json(path)["kinds"]
+    paths = []
+    for family, members in FAMILIES.items():
+        present = [k for k in members if k in kinds]
+        if not present:
+            continue
+        profiles = {k: {r["grn"]: r for r in kinds[k]["profile_seed_mean"]} for k in present}
+        grns = panel_grns(list(profiles[present[0]]))
+        fig, axes = figure(len(grns), width=FULL, height=1.9, sharey=True)
+        axes = np.atleast_1d(axes)
+        rows = []
+        for ax, grn in zip(axes, grns):
+            for k in present:
+                r, gate = profiles[k][grn], kinds[k]["grn_gate"]
+                x = np.arange(len(r["slots"]))
+                ax.plot(x, r["median"], color=COLORS[gate], marker="o", ms=2.5,
+                        label=GATE_LABELS[gate])
+                ax.fill_between(x, r["low"], r["high"], color=COLORS[gate], alpha=0.2, lw=0)
+                rows += [{"family": family, "kind": k, "gate": gate, "grn": grn, "slot": s,
+                          "median": md, "p5": lo, "p95": hi}
+                         for s, md, lo, hi in zip(r["slots"], r["median"], r["low"], r["high"])]
+            ax.axhline(1.0, color="0.6", lw=0.6, ls=":")  # the initial value b = 1
+            layer = re.match(r"block_(\d+)", grn)
+            title = "Outputs" if layer is None else f"Layer {int(layer.group(1)) + 1}"
+            ax.set(xticks=x, xticklabels=slot_ticks(profiles[present[0]][grn]["slots"]),
+                   title=title + (" (q)" if grn.endswith(".q") else ""), xlabel="stack entry")
+        axes[0].set_ylabel("bias value b")
+        axes[0].legend(loc="lower left")
+        fig.suptitle(f"{TITLES[family]}: learned bias per stack entry (median, 5-95% band)",
+                     fontsize=8)
+        paths += save(fig, out_dir, f"{NAME}_{family}", rows=rows)
+    return paths
