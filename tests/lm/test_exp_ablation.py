@@ -87,6 +87,17 @@ def test_ablation_full_mode_reads_cache_and_draws(tmp_path):
     assert len((tmp_path / "fig" / "fig_lm_ablation.csv").read_text().splitlines()) == 1 + 36
 
 
+def test_ablation_full_mode_leaves_out_uncached_optional_rows(tmp_path):
+    specs = lm_ablation.dataset_specs(quick=False)
+    specs["shakespeare"].pop("dca_open")
+    fill_cache(tmp_path / "lm_runs", specs)
+    summary = read_json(lm_ablation.main(out=tmp_path / "lm_ablation") / "summary.json")
+    assert [x["kind"] for x in summary["left_out"]] == ["dca_open"]
+    rows = summary["datasets"]["shakespeare"]["rows"]
+    assert "dca_open" not in rows and "grn_v3_open" in rows
+    assert "dca-dca_open" not in summary["datasets"]["shakespeare"]["paired_test_ppl"]
+
+
 def test_related_work_full_mode_reads_cache_and_draws(tmp_path):
     fill_cache(tmp_path / "lm_runs", lm_related_work.dataset_specs(quick=False), noise=0.01)
     path = lm_related_work.main(out=tmp_path / "lm_related_work")
