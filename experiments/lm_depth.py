@@ -1,0 +1,132 @@
+"""Depth scaling: test perplexity against parameter count, vanilla against DCA (paper
+Figure 6) on Tiny Shakespeare (char) at CPU scale.
+
+**Claim tested.** Paper Figure 6 (LM1B, 6-42 layers, 0.6e8-1.6e8 parameters, perplexity
+14-19): "DCA obtains a lower perplexity for a given parameter budget ... the 30-layer DCA model
+obtains a better perplexity than the 42-layer transformer"; the improvement "is maintained with
+depth" (Table 2's text). Per-point numbers are not published (plot only).
+
+**Design.** The runs of :func:`experiments._lm_grid.depth_specs`: vanilla and DCA at depths 2,
+4, 8 (width 64, 4 heads, MLP 256, 400 steps, seeds 0, 1, 2, same data order per seed).
+Reported: per depth and kind the parameter count and whole-split test perplexity (mean ± std);
+the seed-paired DCA - vanilla difference per depth; the cross-depth comparisons "DCA at depth d
+against vanilla at depth 2d" (paired by seed, with the parameter ratio); and the *parameter
+efficiency*: the parameter count vanilla would need to match DCA's perplexity at each depth,
+read off vanilla's perplexity-vs-log(parameters) curve by linear interpolation between its
+depths (:func:`params_to_reach`; ``None`` when DCA is better than every vanilla depth, since
+that would need extrapolation), divided by DCA's parameter count.
+
+**Command.** ``dca-theory run lm_depth`` (full; reads / fills ``experiments/results/lm_runs``;
+writes ``experiments/results/lm_depth``) or ``dca-theory run lm_depth --quick`` (depths 1 and
+2, width 16, 30 steps, seeds 0, 1; cache ``runs/lm_runs``). ``main(only_cached=True)`` uses
+only the runs already cached and never trains. Figure: ``figures/fig_lm_depth.py``.
+
+**Runtime.** Full from an empty cache: 6 runs x 3 seeds, ~30-40 CPU-minutes on 2 cores (depth
+8 dominates); with the cache filled it only reads records (seconds). Quick from an empty cache:
+~1 minute on an idle 2-core machine.
+
+**Expected result** (measured; see ``paper/05_lm/depth.md``): filled in from the committed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import RunDir
+from dca_theory.paths import default_run_dir
+from experiments._lm_common import cache_dir, ensure_run, paired, ppl, seeds_for
+from experiments._lm_grid import depth_specs
+from experiments._lm_tables import row_summary
+
+NAME = "lm_depth"
+KINDS: tuple[str, ...] = ("vanilla", "dca")
+PAPER_FIGURE6 = {"depths": [6, 12, 18, 24, 30, 36, 42],
+                 "claim": "30-layer DCA has a lower perplexity than the 42-layer Transformer",
+                 "per_point_numbers": "NOT FOUND (plot only)"}
+
+
+def params_to_reach(params, ppls, target: float) -> float | None:
+    """Parameters at which the piecewise-linear curve ppl(log params) through ``(params[i],
+    ppls[i])`` (sorted by params) first reaches ``target``; ``None`` if it never does within
+    the measured range (no extrapolation)."""
+    p, y = np.asarray(params, float), np.asarray(ppls, float)
+    if p.shape != y.shape or p.size < 1:
+        raise ValueError(f"params and ppls must be equal-length, non-empty; got {p.shape}, "
+                         f"{y.shape}")
+    order = np.argsort(p)
+    x, y = np.log(p[order]), y[order]
+    if y[0] <= target:
+        return float(p[order][0])
+    for i in range(1, len(y)):
+        if y[i] <= target:  # first segment that crosses the target
+            frac = (y[i - 1] - target) / (y[i - 1] - y[i])
+            return float(np.exp(x[i - 1] + frac * (x[i] - x[i - 1])))
+    return None
+
+
+def depth_rows(records: dict[tuple[str, int], dict]) -> dict[str, dict]:
+    """Per depth with both kinds: rows and the paired DCA - vanilla test-ppl difference."""
+    out = {}
+    for d in sorted({d for _, d in records}):
+        if all((k, d) in records for k in KINDS):
+            van, dca = records[("vanilla", d)], records[("dca", d)]
+            out[str(d)] = {"depth": d, "vanilla": row_summary(van), "dca": row_summary(dca),
+                           "paired_test_ppl": paired(ppl(van), ppl(dca))}
+    return out
+
+
+def cross_depth(records: dict[tuple[str, int], dict]) -> dict[str, dict]:
+    """DCA at depth d against vanilla at depth 2d (paired by seed: same data order)."""
+    out = {}
+    for (kind, d), dca in records.items():
+        if kind == "dca" and ("vanilla", 2 * d) in records:
+            van = records[("vanilla", 2 * d)]
+            out[f"dca_L{d}-vanilla_L{2 * d}"] = {
+                **paired(ppl(van), ppl(dca)),
+                "param_ratio_dca_over_vanilla": dca["n_params"] / van["n_params"]}
+    return out
+
+
+def efficiency(records: dict[tuple[str, int], dict]) -> dict[str, dict]:
+    """Per DCA depth: the parameters vanilla needs for DCA's mean test ppl, over DCA's."""
+    van = sorted((d, r) for (k, d), r in records.items() if k == "vanilla")
+    if len(van) < 1:
+        return {}
+    params = [r["n_params"] for _, r in van]
+    curve = [float(np.mean(ppl(r))) for _, r in van]
+    out = {}
+    for (kind, d), r in sorted(records.items()):
+        if kind != "dca":
+            continue
+        need = params_to_reach(params, curve, float(np.mean(ppl(r))))
+        out[str(d)] = {"dca_params": r["n_params"], "vanilla_params_needed": need,
+                       "param_efficiency": None if need is None else need / r["n_params"],
+                       "beyond_vanilla_range": need is None}
+    return out
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, *,
+         only_cached: bool = False) -> Path:
+    specs = depth_specs(quick)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+              "runs": {f"{k}-L{d}": {"key": s.key, "model": s.model, "train": s.train}
+                       for (k, d), s in specs.items()}, "only_cached": only_cached}
+    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    cache = cache_dir(run.path)
+    records, missing = {}, []
+    for (kind, d), s in specs.items():
+        if only_cached and not (cache / s.key / "record.json").is_file():
+            missing.append(s.key)
+            continue
+        records[(kind, d)] = r = ensure_run(s, cache)
+        run.log(depth=d, kind=kind, key=s.key, params=r["n_params"], test_ppl=r["test_ppl"],
+                valid_ppl=r["valid_ppl"], median_step_s=r["median_step_s"])
+    summary = {"depths": depth_rows(records), "dca_vs_vanilla_twice_as_deep": cross_depth(records),
+               "param_efficiency": efficiency(records), "paper_figure6": PAPER_FIGURE6,
+               "points": [{"kind": k, "depth": d, "params": r["n_params"],
+                           "test_ppl_per_seed": ppl(r)} for (k, d), r in sorted(records.items())],
+               "missing_runs": missing, "complete": not missing, "cache": str(cache)}
+    run.finish(summary)
+    return run.path

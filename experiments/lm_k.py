@@ -1,0 +1,148 @@
+"""First-and-last-k DCA: perplexity, step time and time to reach the Transformer's final
+perplexity (paper Table 1) on Tiny Shakespeare (char) at CPU scale.
+
+**Claim tested.** Paper Table 1 (24-layer LM1B): Transformer 8.14 batches/s, final ppl 15.14;
+1-, 2-, 4-, 8-, 16-, 24-DCA 5.62 / 5.39 / 5.01 / 4.35 / 3.86 / 3.72 batches/s, ppl 14.48 /
+14.41 / 14.50 / 14.49 / 14.35 / 14.35, and normalised time to reach the Transformer's final
+perplexity 0.33 / 0.33 / 0.37 / 0.47 / 0.40 / 0.39: "DCA then obtains the final perplexity of
+the transformer in a third of the time" ("3x faster"), and "reducing k speeds up training while
+only slightly increasing the perplexity".
+
+**Design.** The runs of :func:`experiments._lm_grid.k_specs` at depth 8 (width 64, 4 heads, MLP
+256, 400 steps, seeds 0, 1, 2, same data order per seed): vanilla, 1-, 2-, 4-DCA and full DCA
+(= 8-DCA). Reported per kind: whole-split test perplexity (mean ± std) and the paired difference
+against vanilla; the step time, i.e. the record's ``median_step_s`` (median wall time of one
+*all-seed, vmapped* training step, compilation excluded, measured by the background grid
+process on a shared 2-core machine: noisy, and a vmapped 3-seed step, not the paper's
+single-model batches/s); and the time to reach vanilla's final perplexity
+(:func:`time_to_reach`): per seed, the first step at which the kind's periodic validation ppl
+curve (every 25 steps on the same 6 validation batches; linear interpolation between evals)
+falls to vanilla's *last periodic* validation ppl of that seed (step 375; the step-400 point is
+the whole split and is not comparable), times the kind's step time, divided by vanilla's 375
+steps times vanilla's step time. ``None`` if a seed never reaches the target within 375 steps.
+Step ratios (without step time) are reported too.
+
+**Command.** ``dca-theory run lm_k`` (full; reads / fills ``experiments/results/lm_runs``;
+writes ``experiments/results/lm_k``) or ``dca-theory run lm_k --quick`` (depth 3: vanilla,
+1-DCA, DCA; width 16, 30 steps, seeds 0, 1; cache ``runs/lm_runs``). ``main(only_cached=True)``
+uses only the runs already cached and never trains. Figure: ``figures/fig_lm_k.py``.
+
+**Runtime.** Full from an empty cache: 5 depth-8 runs x 3 seeds, ~40-60 CPU-minutes on 2 cores;
+with the cache filled it only reads records and curves (seconds). Quick from an empty cache:
+~1.5 minutes on an idle 2-core machine.
+
+**Expected result** (measured; see ``paper/05_lm/k.md``): filled in from the committed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.io import RunDir
+from dca_theory.paths import default_run_dir
+from experiments._lm_common import (
+    cache_dir,
+    ensure_run,
+    load_curves,
+    mean_std,
+    paired,
+    ppl,
+    seeds_for,
+)
+from experiments._lm_grid import k_specs
+from experiments._lm_tables import row_summary
+
+NAME = "lm_k"
+#: paper Table 1 (24-layer LM1B): speed (batches/s), normalised time to reach, final ppl
+PAPER_TABLE1 = {"vanilla": {"speed": 8.14, "time": 1.00, "ppl": 15.14, "ppl_std": 0.06},
+                "1-dca": {"speed": 5.62, "time": 0.33, "ppl": 14.48, "ppl_std": 0.05},
+                "2-dca": {"speed": 5.39, "time": 0.33, "ppl": 14.41, "ppl_std": 0.04},
+                "4-dca": {"speed": 5.01, "time": 0.37, "ppl": 14.50, "ppl_std": 0.03},
+                "8-dca": {"speed": 4.35, "time": 0.47, "ppl": 14.49, "ppl_std": 0.02},
+                "16-dca": {"speed": 3.86, "time": 0.40, "ppl": 14.35, "ppl_std": 0.07},
+                "dca": {"speed": 3.72, "time": 0.39, "ppl": 14.35, "ppl_std": 0.00}}
+
+
+def periodic_curve(curves: dict[str, np.ndarray], final_step: int) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+    """``(steps_E, valid_ppl_ExS)`` of the periodic evaluations only (the final whole-split
+    evaluation at ``final_step`` uses other batches and is dropped)."""
+    steps = np.asarray(curves["eval_steps"])
+    keep = steps < final_step
+    return steps[keep], np.exp(np.asarray(curves["eval_valid_loss"])[keep])
+
+
+def first_crossing(steps, values, target: float) -> float | None:
+    """First step at which the piecewise-linear curve through ``(steps, values)`` reaches
+    ``target`` from above; ``None`` if it never does. Steps must increase."""
+    s, v = np.asarray(steps, float), np.asarray(values, float)
+    if s.shape != v.shape or s.size < 1:
+        raise ValueError(f"steps and values must be equal-length, non-empty; got {s.shape}, "
+                         f"{v.shape}")
+    if np.any(np.diff(s) <= 0):
+        raise ValueError(f"steps must be strictly increasing, got {s.tolist()}")
+    if v[0] <= target:
+        return float(s[0])
+    for i in range(1, len(v)):
+        if v[i] <= target:
+            return float(s[i - 1] + (v[i - 1] - target) / (v[i - 1] - v[i]) * (s[i] - s[i - 1]))
+    return None
+
+
+def time_to_reach(vanilla: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray],
+                  step_s_vanilla: float, step_s_other: float) -> dict:
+    """Per seed: steps for ``other`` to reach vanilla's last periodic valid ppl, the step ratio
+    and the time ratio (steps x step time, normalised by vanilla's)."""
+    v_steps, v_ppl = vanilla
+    o_steps, o_ppl = other
+    n_seeds = v_ppl.shape[1]
+    steps, step_ratio, time_ratio = [], [], []
+    for s in range(n_seeds):
+        hit = first_crossing(o_steps, o_ppl[:, s], float(v_ppl[-1, s]))
+        steps.append(hit)
+        step_ratio.append(None if hit is None else hit / float(v_steps[-1]))
+        time_ratio.append(None if hit is None
+                          else hit * step_s_other / (float(v_steps[-1]) * step_s_vanilla))
+    reached = [t for t in time_ratio if t is not None]
+    return {"steps_per_seed": steps, "step_ratio_per_seed": step_ratio,
+            "time_ratio_per_seed": time_ratio, "seeds_reached": len(reached),
+            "time_ratio": mean_std(reached) if reached else None,
+            "step_ratio": mean_std([r for r in step_ratio if r is not None]) if reached else None,
+            "target_valid_ppl_per_seed": v_ppl[-1].tolist(), "target_step": float(v_steps[-1])}
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, *,
+         only_cached: bool = False) -> Path:
+    specs = k_specs(quick)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+                       for k, s in specs.items()}, "only_cached": only_cached,
+              "step_time": "record median_step_s: all-seed vmapped step, grid process"}
+    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    cache = cache_dir(run.path)
+    records, curves, missing = {}, {}, []
+    for kind, s in specs.items():
+        if only_cached and not (cache / s.key / "record.json").is_file():
+            missing.append(s.key)
+            continue
+        records[kind] = r = ensure_run(s, cache)
+        curves[kind] = periodic_curve(load_curves(s, cache), s.train.steps)
+        run.log(kind=kind, key=s.key, params=r["n_params"], test_ppl=r["test_ppl"],
+                median_step_s=r["median_step_s"])
+    rows, reach = {}, {}
+    for kind, r in records.items():
+        rows[kind] = row_summary(r)
+        if kind != "vanilla" and "vanilla" in records:
+            rows[kind]["paired_test_ppl_vs_vanilla"] = paired(ppl(records["vanilla"]), ppl(r))
+            rows[kind]["step_time_ratio"] = r["median_step_s"] / records["vanilla"]["median_step_s"]
+            reach[kind] = time_to_reach(curves["vanilla"], curves[kind],
+                                        records["vanilla"]["median_step_s"], r["median_step_s"])
+    summary = {"rows": rows, "time_to_reach_vanilla": reach, "paper_table1": PAPER_TABLE1,
+               "curves": {k: {"steps": c[0].tolist(), "valid_ppl_mean": c[1].mean(1).tolist(),
+                              "valid_ppl_per_seed": c[1].T.tolist()} for k, c in curves.items()},
+               "depth": next(iter(specs.values())).model.n_layers,
+               "missing_runs": missing, "complete": not missing, "cache": str(cache)}
+    run.finish(summary)
+    return run.path
