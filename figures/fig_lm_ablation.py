@@ -24,7 +24,7 @@ ORDER = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca", "grn_v3_open", "dca_ope
 COLORS = {"vanilla": "#4c4c4c", "grn_v1": "#1f77b4", "grn_v2": "#d62728", "grn_v3": "#2ca02c",
           "dca": "#ff7f0e", "grn_v3_open": "#98df8a", "dca_open": "#ffbb78",
           "denseformer": "#9467bd", "hyper_connections": "#8c564b", "laurel_pa": "#e377c2"}
-LABELS = {"vanilla": "Transformer", "grn_v1": "GRN-v1", "grn_v2": "GRN-v2", "grn_v3": "GRN-v3",
+LABELS = {"vanilla": "Trans-\nformer", "grn_v1": "GRN-v1", "grn_v2": "GRN-v2", "grn_v3": "GRN-v3",
           "dca": "DCA", "grn_v3_open": "GRN-v3\n(open)", "dca_open": "DCA\n(open)",
           "denseformer": "1x1-Dense\nFormer", "hyper_connections": "Hyper-\nConn.",
           "laurel_pa": "LAuReL-PA"}
@@ -91,7 +91,7 @@ def relative_panel(ax, summary: dict, paper: dict, order=ORDER) -> None:
 
 def draw(summary: dict, paper: dict, out_dir: Path, name: str, order=ORDER) -> list[Path]:
     """The figure of one table summary (``order``: the rows, left to right)."""
-    datasets = list(summary["datasets"])
+    datasets = sorted(summary["datasets"], key=lambda d: (d not in DATA_LABELS, d != "shakespeare"))
     fig, axes = figure(len(datasets) + 1, width=FULL, height=2.4)
     for ax, data in zip(axes, datasets):
         bar_panel(ax, summary["datasets"][data], DATA_LABELS.get(data, data), order)
