@@ -5,8 +5,9 @@ as a Transformer?
 **Claim tested.** Paper Table 4 (6-layer LM1B Transformer pre-trained for 500k steps):
 "identical to a standard residual network at initialization, adding DCA to a pre-trained model
 does not alter its function"; continued for 20k / 40k / 60k more steps, test perplexity
-Transformer 18.98 -> 18.96 / 18.96 / 18.96, DCA 18.98 -> 18.81 / 18.79 / 18.79, i.e. DCA - Transformer
--0.15 / -0.17 / -0.17 (continuations of 4% / 8% / 12% of the pre-training steps).
+Transformer 18.98 -> 18.96 / 18.96 / 18.96, DCA 18.98 -> 18.81 / 18.79 / 18.79, i.e.
+DCA - Transformer -0.15 / -0.17 / -0.17 (continuations of 4% / 8% / 12% of the pre-training
+steps).
 
 **Design.** The runs of :func:`experiments._lm_grid.retrofit_specs` (shared run cache): the
 standard width-64, depth-4 vanilla model (400 steps, seeds 0, 1, 2), continued for
@@ -15,11 +16,11 @@ reached, constant, no new warm-up; the paper's continuation schedule is NOT FOUN
 vanilla and once converted by :func:`dca_theory.lm.retrofit.retrofit` into DCA (GRNs at b = 1,
 w = 0). Both continuations see the same batches, so differences are paired by seed.
 Function preservation is MEASURED here: the pretrained models are loaded, retrofitted, and both
-are run on the first validation batches (float32): the largest logit difference (absolute and
-relative to the largest logit) and the loss difference. Table-4-like rows: validation perplexity
-at +50 / +100 (periodic evaluations on the first 6 validation batches; the pretrained reference
-is recomputed on the same 6 batches) and at +200 (whole split), and the final whole-split test
-perplexity.
+are run on the first 6 validation batches (16 x 64 characters each; float32): the largest
+logit difference (absolute and relative to the largest logit) and the loss difference.
+Table-4-like rows: validation perplexity at +50 / +100 (periodic evaluations on the first 6
+validation batches; the pretrained reference is recomputed on the same 6 batches) and at +200
+(whole split), and the final whole-split test perplexity.
 
 **Command.** ``dca-theory run lm_retrofit`` (full; reads / fills ``experiments/results/lm_runs``,
 writes ``experiments/results/lm_retrofit``) or ``dca-theory run lm_retrofit --quick`` (width 16,
@@ -58,7 +59,6 @@ from experiments._lm_grid import RETROFIT_STEPS, retrofit_specs
 NAME = "lm_retrofit"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
 ROW_STEPS: tuple[int, ...] = (50, 100, RETROFIT_STEPS)  # Table 4's +20k / +40k / +60k analogue
-PRESERVATION_BATCHES = 4  # validation batches of 16 x 64 characters checked for equality
 #: paper Table 4: continuation steps -> test perplexity (Transformer, DCA), 500k pre-training
 PAPER_TABLE4 = [{"steps": 0, "vanilla": 18.98, "dca": 18.98},
                 {"steps": 20_000, "vanilla": 18.96, "dca": 18.81},
@@ -155,7 +155,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
               "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
                        for k, s in specs.items()},
-              "row_steps": list(ROW_STEPS), "preservation_batches": PRESERVATION_BATCHES}
+              "row_steps": list(ROW_STEPS)}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)
     records = {k: ensure_run(s, cache) for k, s in specs.items()}
@@ -170,13 +170,13 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
              for m in vanilla_models]
     valid = _corpus(pre.train.data).valid
     kw = {"seq_len": pre.train.seq_len, "batch_size": pre.train.batch_size}
-    n_check = 2 if quick else PRESERVATION_BATCHES
-    check = preservation(pairs, list(lm_data.eval_batches(valid, **kw, max_batches=n_check)))
+    # The batches of the periodic evaluations: the check, and the pretrained models' reference
+    # for the +50 / +100 rows (the continuations were evaluated on exactly these batches).
+    batches = list(lm_data.eval_batches(valid, **kw,
+                                        max_batches=specs["vanilla"].train.eval_batches))
+    check = preservation(pairs, batches)
     run.log(kind="preservation", **check["worst"])
-    # The pretrained models on the periodic evaluations' batches (a reference for +50, +100).
-    ref = preservation(pairs, list(lm_data.eval_batches(
-        valid, **kw, max_batches=specs["vanilla"].train.eval_batches)))
-    pre_partial = [float(np.exp(s["vanilla_loss"])) for s in ref["per_seed"]]
+    pre_partial = [float(np.exp(s["vanilla_loss"])) for s in check["per_seed"]]
 
     curves = valid_curves(records, pre_partial, ppl(records["pretrained"], "valid"))
     steps = ROW_STEPS if not quick else [e["step"] for e in curves["vanilla"][1:]]

@@ -18,6 +18,9 @@ two largest slot medians the input and the newest output? Are all intermediate s
 ends? What fraction of intermediate medians is negative? The gate weights w: L2 norm and max
 |w| per GRN and seed. With the paper's gate and w = 0 at init, ReLU'(0) = 0 gives w exactly
 zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0); with the open gate w trains.
+AdamW's decoupled weight decay acts on b too: ``decay_only_b`` is where b = 1 would end with no
+gradient at all (our 400 steps: ~0.96; the paper's 500k-step recipe: ~1e-3, which may explain
+why Figure 10's biases lie in [-0.2, 0.3] although b starts at 1).
 
 **Command.** ``dca-theory run lm_weights`` (full; reads the cache ``experiments/results/lm_runs``,
 writes ``experiments/results/lm_weights``) or ``dca-theory run lm_weights --quick`` (width 16,
@@ -112,6 +115,17 @@ def seed_mean_profiles(profiles_per_seed: list[list[dict]]) -> list[dict]:
     return out
 
 
+def decay_only_factor(train_cfg) -> float:
+    """What AdamW's decoupled weight decay alone does to a parameter over a run:
+    ``prod_s (1 - eta(s) * wd)`` with the run's learning-rate schedule eta. A bias b that gets
+    no gradient ends at this factor times its init 1 (the optimiser decays every parameter, as
+    the Flax lm1b example does)."""
+    from dca_theory.lm.optim import learning_rate
+
+    eta = np.asarray(learning_rate(train_cfg)(np.arange(train_cfg.steps)), np.float64)
+    return float(np.prod(1.0 - eta * train_cfg.weight_decay))
+
+
 def analyse(models) -> dict:
     """Bias profiles, shape checks and w statistics of one run's trained models (one per seed)."""
     from dca_theory.lm.analysis import bias_profile, grn_weights
@@ -126,15 +140,27 @@ def analyse(models) -> dict:
             "w": w_stats([grn_weights(m) for m in models])}
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    specs = {k: s for k, s in ablation_specs(quick, "shakespeare").items() if k in KINDS}
+def main(quick: bool = False, out=None, overwrite: bool = False,
+         kinds: tuple[str, ...] = KINDS) -> Path:
+    """``kinds`` selects a subset of :data:`KINDS` (e.g. only the runs already cached)."""
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ValueError(f"kinds must be a non-empty subset of {', '.join(KINDS)}, got {kinds!r}")
+    specs = {k: s for k, s in ablation_specs(quick, "shakespeare").items() if k in kinds}
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
               "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
                        for k, s in specs.items()}}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)
-    summary = {"kinds": {}, "cache": str(cache), "band_percentiles": [5.0, 95.0]}
-    for kind in KINDS:
+    from dca_theory.lm.train_config import TrainConfig
+
+    train = next(iter(specs.values())).train
+    # The paper's recipe (TrainConfig's defaults: lr 0.0016, 1000 warm-up steps, 500k steps,
+    # weight decay 0.1): a b = 1 that gets no gradient would decay to about 1e-3.
+    summary = {"kinds": {}, "cache": str(cache), "band_percentiles": [5.0, 95.0],
+               "decay_only_b": decay_only_factor(train),
+               "paper_decay_only_b": decay_only_factor(TrainConfig())}
+    for kind in specs:
         s = specs[kind]
         record = ensure_run(s, cache)
         result = analyse(load_models(s, cache))

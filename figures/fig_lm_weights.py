@@ -5,7 +5,8 @@ the output GRN) and ``fig_lm_weights_dca`` (DCA: the query GRN of each block fro
 and the output GRN). In each panel the x-axis is the GRN's stack slot (``in`` = model input,
 ``j`` = block j's output, 1-based), the line is the median of b over the features (averaged
 over seeds) and the band the 5-95% range (seed-averaged percentiles), for the paper's ReLU gate
-and the open gate (w trains). Figure 10 itself shows a 30-layer model. Reads
+and the open gate (w trains); dotted: the initial b = 1; dashed: where b = 1 would end under
+AdamW's weight decay alone (no gradient). Figure 10 itself shows a 30-layer model. Reads
 ``results_dir/lm_weights/summary.json`` only; writes PNG, PDF and a CSV per figure.
 """
 
@@ -44,7 +45,8 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     path = Path(results_dir) / "lm_weights" / "summary.json"
     if not path.exists():
         return []
-    kinds = read_json(path)["kinds"]
+    summary = read_json(path)
+    kinds, decay_only = summary["kinds"], summary.get("decay_only_b")
     paths = []
     for family, members in FAMILIES.items():
         present = [k for k in members if k in kinds]
@@ -66,6 +68,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
                           "median": md, "p5": lo, "p95": hi}
                          for s, md, lo, hi in zip(r["slots"], r["median"], r["low"], r["high"])]
             ax.axhline(1.0, color="0.6", lw=0.6, ls=":")  # the initial value b = 1
+            if decay_only is not None:  # where b = 1 ends under weight decay alone
+                ax.axhline(decay_only, color="0.3", lw=0.7, ls="--",
+                           label="decay only" if ax is axes[0] else None)
             layer = re.match(r"block_(\d+)", grn)
             title = "Outputs" if layer is None else f"Layer {int(layer.group(1)) + 1}"
             ax.set(xticks=x, xticklabels=slot_ticks(profiles[present[0]][grn]["slots"]),

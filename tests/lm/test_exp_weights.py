@@ -74,6 +74,13 @@ def test_analyse_untrained_models(getkey):
     assert E.analyse([moved])["w"]["per_grn"]["output"]["max_abs"] == [0.5]
 
 
+@pytest.mark.parametrize("kinds", [("vanilla",), ()])
+def test_bad_kinds_raise_before_any_work(kinds, tmp_path):
+    with pytest.raises(ValueError, match="non-empty subset"):
+        E.main(quick=True, out=tmp_path / "w", kinds=kinds)
+    assert not (tmp_path / "w").exists()
+
+
 @pytest.mark.slow
 def test_quick_mode_and_figures(tmp_path, monkeypatch, data_dir):
     from dca_theory.io import read_json
