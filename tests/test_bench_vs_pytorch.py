@@ -1,0 +1,98 @@
+"""Tests of ``benchmarks/vs_pytorch.py`` (our k-DCA train step against the PyTorch DCAGPT).
+
+The argument checks run by default (no torch needed). The smoke run builds both models, trains a
+few steps and is marked slow: on the shared 2-core CPU its JAX compilation alone took minutes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_pytorch.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("vs_pytorch", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv, bad", [
+    (["--width", "100"], "--width"),
+    (["--batch", "0"], "--batch"),
+    (["--repeats", "-1"], "--repeats"),
+    (["--k", "0"], "--k"),
+])
+def test_bad_arguments_give_one_line_errors(bench, argv, bad):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    message = str(exc.value)
+    assert bad in message and "\n" not in message
+
+
+def test_defaults_are_the_issue_config(bench):
+    # Issue 6: width 512, depth 6, 8 heads of 64, k = 2, seq 128; the brief: batch 8, vocab 8192.
+    args = bench.parse_args([])
+    assert (args.width, args.depth, args.k, args.seq, args.batch, args.vocab) == \
+        (512, 6, 2, 128, 8, 8192)
+    assert args.width // 64 == 8
+
+
+def dcagpt_param_count(vocab: int, d: int, depth: int, k: int) -> int:
+    """DCAGPT's parameters counted from its architecture (deep-cross-attention 0.1.1).
+
+    Per block over a stack of y = min(2k, i + 1) entries: a 3-output GRN (RMSNorm d, w 3d,
+    bias 3yd), attention (an unused RMSNorm d, RMSNorm + d×d projection for q, k, v, output
+    d×d, heads·64 = d), pre-FF RMSNorm d, MLP d→4d→d with biases. Then a 1-output GRN over
+    min(2k, depth + 1) entries, the final RMSNorm and the untied d×V logits. (The rotary
+    embeddings' fixed frequencies are registered as parameters but not trainable: not counted.)
+    """
+    total = vocab * d
+    for i in range(depth):
+        y = min(2 * k, i + 1)
+        total += (d + 3 * d + 3 * y * d) + (d + 3 * (d + d * d) + d * d) + d \
+            + (d * 4 * d + 4 * d + 4 * d * d + d)
+    total += d + d + min(2 * k, depth + 1) * d
+    return total + d + d * vocab
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_a_complete_record(bench, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("deep_cross_attention")
+    out = tmp_path / "vs.json"
+    returned = bench.main(["--smoke", "--json", str(out)])
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["config"] == returned["config"]
+    cfg = record["config"]
+    names = ("ours_kdca", "ours_vanilla", "theirs_dcagpt")
+    for name in names:
+        ts = record["times_s"][name]
+        assert len(ts) == cfg["repeats"] and all(t > 0 for t in ts)
+        assert record["median_s"][name] == statistics.median(ts)
+        # tokens/s is batch·seq over the median step time (exact arithmetic, float rounding).
+        assert record["tokens_per_s"][name] == pytest.approx(
+            cfg["batch"] * cfg["seq"] / record["median_s"][name], rel=1e-12)
+        # At initialisation both models predict nearly uniformly: cross-entropy is ln V plus
+        # half the logit variance, O(0.1-0.5) here; 1.0 allows for either init scheme.
+        assert abs(record["first_loss"][name] - math.log(cfg["vocab"])) < 1.0
+    assert record["ratio_ours_over_theirs"] == pytest.approx(
+        record["tokens_per_s"]["ours_kdca"] / record["tokens_per_s"]["theirs_dcagpt"], rel=1e-12)
+    # The comparison is only fair if DCAGPT is built at the intended config: its parameter
+    # count must equal the one derived from the architecture (exact integer).
+    assert record["params"]["theirs_dcagpt"] == dcagpt_param_count(
+        cfg["vocab"], cfg["width"], cfg["depth"], cfg["k"])
+    # The GRNs add parameters over our vanilla transformer.
+    assert record["params"]["ours_kdca"] > record["params"]["ours_vanilla"]
+    for field in ("torch_num_threads", "XLA_FLAGS", "visible_cores"):
+        assert field in record["threads"]
+    for when in ("machine_before", "machine_after"):
+        assert len(record[when]["loadavg_1_5_15"]) == 3
