@@ -14,8 +14,8 @@ Shakespeare, width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`
 paper's ReLU gate and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every
 GRN and seed, :func:`dca_theory.lm.analysis.bias_profile` gives the median and 5-95% band of b
 over the 64 features per stack slot. Shape checks over every GRN with at least 3 slots: are the
-two largest slot medians the input and the newest output? Are all intermediate slots below both
-ends? What fraction of intermediate medians is negative? The gate weights w: L2 norm and max
+two largest slot medians the input and the newest output? Is the input's the largest (or the
+smallest)? Are all intermediate slots below both ends? What fraction of intermediate medians is negative? The gate weights w: L2 norm and max
 |w| per GRN and seed. With the paper's gate and w = 0 at init, ReLU'(0) = 0 gives w exactly
 zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0); with the open gate w trains.
 AdamW's decoupled weight decay acts on b too: ``decay_only_b`` is where b = 1 would end with no
@@ -52,8 +52,9 @@ def shape_check(median: list[float]) -> dict | None:
     """Figure 10's pattern on one GRN's slot medians (oldest slot first: input ... newest).
 
     ``None`` with fewer than 3 slots (no intermediate entry). Otherwise: whether the input and
-    the newest output hold the two largest medians, whether every intermediate median lies
-    below both ends, and the fraction of intermediate medians below zero.
+    the newest output hold the two largest medians, whether the input holds the largest (or
+    the smallest), whether every intermediate median lies below both ends, and the fraction of
+    intermediate medians below zero.
     """
     m = np.asarray(median, float)
     if m.size < 3:
@@ -61,6 +62,7 @@ def shape_check(median: list[float]) -> dict | None:
     mid = m[1:-1]
     top2 = set(np.argsort(-m, kind="stable")[:2].tolist())
     return {"ends_top2": top2 == {0, m.size - 1},
+            "input_largest": bool(m[0] > m[1:].max()), "input_smallest": bool(m[0] < m[1:].min()),
             "intermediate_below_ends": bool(mid.max() < min(m[0], m[-1])),
             "frac_intermediate_negative": float((mid < 0).mean()),
             "input_minus_intermediate": float(m[0] - mid.mean()),
@@ -74,6 +76,8 @@ def aggregate_checks(checks: list[dict]) -> dict:
         return {"n": 0}
     return {"n": len(checks),
             "frac_ends_top2": float(np.mean([c["ends_top2"] for c in checks])),
+            "frac_input_largest": float(np.mean([c["input_largest"] for c in checks])),
+            "frac_input_smallest": float(np.mean([c["input_smallest"] for c in checks])),
             "frac_intermediate_below_ends": float(np.mean([c["intermediate_below_ends"]
                                                            for c in checks])),
             "mean_frac_intermediate_negative": float(np.mean(

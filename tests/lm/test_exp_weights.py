@@ -19,6 +19,7 @@ def test_shape_check_on_the_papers_pattern():
     # U shape: input and last highest, intermediate negative (Figure 10's description)
     c = E.shape_check([0.3, -0.1, -0.05, 0.0, 0.25])
     assert c["ends_top2"] and c["intermediate_below_ends"]
+    assert c["input_largest"] and not c["input_smallest"]
     assert c["frac_intermediate_negative"] == pytest.approx(2 / 3)
     assert c["input_minus_intermediate"] == pytest.approx(0.3 + 0.05, abs=1e-12)
 
@@ -26,6 +27,7 @@ def test_shape_check_on_the_papers_pattern():
 def test_shape_check_on_other_patterns():
     rising = E.shape_check([0.1, 0.2, 0.3, 0.4])  # newest weighted most, input least
     assert not rising["ends_top2"] and not rising["intermediate_below_ends"]
+    assert rising["input_smallest"] and not rising["input_largest"]
     assert rising["frac_intermediate_negative"] == 0.0
     # one intermediate slot above the input: top-2 fails, "below both ends" fails too
     assert not E.shape_check([0.2, 0.3, 0.1, 0.5])["intermediate_below_ends"]
@@ -36,6 +38,7 @@ def test_aggregate_counts_only_grns_with_intermediate_slots():
     checks = [E.shape_check(m) for m in ([0.3, -0.1, 0.25], [0.1, 0.2, 0.3], [1.0])]
     agg = E.aggregate_checks(checks)
     assert agg["n"] == 2 and agg["frac_ends_top2"] == 0.5
+    assert agg["frac_input_largest"] == 0.5 and agg["frac_input_smallest"] == 0.5
     assert agg["mean_frac_intermediate_negative"] == 0.5
     assert E.aggregate_checks([None]) == {"n": 0}
 
