@@ -72,7 +72,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     for ax in (ax_s, ax_t):
         if target is not None:
             ax.axhline(target, color="0.3", ls=":", lw=0.8)
-        ax.set(yscale="log", ylabel="valid ppl (6 batches)")
+        ax.set(ylabel="valid ppl (6 batches)")
     ax_s.set(xlabel="step", title=f"(a) depth {depth}: validation ppl")
     ax_t.set(xlabel="estimated time (s)", title="(b) against step time")
     ax_s.legend()
