@@ -14,7 +14,8 @@ against vanilla at depth 2d" (paired by seed, with the parameter ratio); and the
 efficiency*: the parameter count vanilla would need to match DCA's perplexity at each depth,
 read off vanilla's perplexity-vs-log(parameters) curve by linear interpolation between its
 depths (:func:`params_to_reach`; ``None`` when DCA is better than every vanilla depth, since
-that would need extrapolation), divided by DCA's parameter count.
+that would need extrapolation), divided by DCA's parameter count. Also, per depth, full DCA's
+time to reach vanilla's final validation perplexity (Table 1's metric, :mod:`experiments.lm_k`).
 
 **Command.** ``dca-theory run lm_depth`` (full; reads / fills ``experiments/results/lm_runs``;
 writes ``experiments/results/lm_depth``) or ``dca-theory run lm_depth --quick`` (depths 1 and
@@ -36,7 +37,7 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, paired, ppl, seeds_for
+from experiments._lm_common import cache_dir, ensure_run, load_curves, paired, ppl, seeds_for
 from experiments._lm_grid import depth_specs
 from experiments._lm_tables import row_summary
 
@@ -107,6 +108,21 @@ def efficiency(records: dict[tuple[str, int], dict]) -> dict[str, dict]:
     return out
 
 
+def time_to_reach_by_depth(specs: dict, records: dict, cache: Path) -> dict[str, dict]:
+    """Per depth: full DCA's time to reach vanilla's final periodic valid ppl (Table 1's
+    metric, defined in :func:`experiments.lm_k.time_to_reach`), from the same runs."""
+    from experiments.lm_k import periodic_curve, time_to_reach
+
+    out = {}
+    for d in sorted({d for _, d in records}):
+        if all((k, d) in records for k in KINDS):
+            van, dca = (periodic_curve(load_curves(specs[(k, d)], cache), specs[(k, d)].train.steps)
+                        for k in KINDS)
+            out[str(d)] = time_to_reach(van, dca, records[("vanilla", d)]["median_step_s"],
+                                        records[("dca", d)]["median_step_s"])
+    return out
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False, *,
          only_cached: bool = False) -> Path:
     specs = depth_specs(quick)
@@ -125,6 +141,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                 valid_ppl=r["valid_ppl"], median_step_s=r["median_step_s"])
     summary = {"depths": depth_rows(records), "dca_vs_vanilla_twice_as_deep": cross_depth(records),
                "param_efficiency": efficiency(records), "paper_figure6": PAPER_FIGURE6,
+               "time_to_reach_vanilla": time_to_reach_by_depth(specs, records, cache),
                "points": [{"kind": k, "depth": d, "params": r["n_params"],
                            "test_ppl_per_seed": ppl(r)} for (k, d), r in sorted(records.items())],
                "missing_runs": missing, "complete": not missing, "cache": str(cache)}
