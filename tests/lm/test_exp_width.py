@@ -136,3 +136,68 @@ def test_sample_positions_ranges_and_errors():
         R.sample_positions(np.arange(10), 10, 1)
     with pytest.raises(ValueError, match=">= 1"):
         R.sample_positions(np.arange(100), 10, 0)
+
+
+# ----------------------------------------------------------------------------- the experiment
+
+
+def _record(ppls, n_params=1000):
+    return {"key": "k", "label": "x", "n_params": n_params, "seeds": [0, 1, 2],
+            "test_ppl": ppls, "valid_ppl": ppls, "final_train_loss": [1.0] * 3,
+            "median_step_s": 0.1}
+
+
+def test_width_rows_and_trend_on_synthetic_records():
+    from experiments import lm_width as W
+
+    # relative DCA - vanilla: -4% at width 16, -2% at 32, -1% at 64 (shrinking with width)
+    records = {}
+    for w, rel in ((16, -0.04), (32, -0.02), (64, -0.01)):
+        van = np.array([20.0, 21.0, 22.0])
+        records[("vanilla", w)] = _record(van.tolist())
+        jitter = np.array([-0.001, 0.0, 0.001])  # per-seed spread (a t-test needs some)
+        records[("dca", w)] = _record((van * (1 + rel + jitter)).tolist(), n_params=1100)
+    records[("vanilla", 128)] = _record([10.0, 10.0, 10.0])  # no DCA partner: skipped
+    rows = W.width_rows(records)
+    assert list(rows) == ["16", "32", "64"]
+    np.testing.assert_allclose(rows["16"]["relative_pct"]["per_seed"], [-4.1, -4.0, -3.9],
+                               rtol=1e-12)
+    assert rows["32"]["paired_test_ppl"]["mean"] == pytest.approx(
+        np.mean(np.array([20.0, 21.0, 22.0]) * (-0.02 + np.array([-0.001, 0.0, 0.001]))))
+    assert rows["64"]["param_overhead_pct"] == pytest.approx(10.0)
+    trend = W.width_trend(rows)
+    # -4, -2, -1 % against log2(width) = 4, 5, 6: least-squares slope +1.5 % per doubling
+    assert trend["slope_pct_per_doubling"] == pytest.approx(1.5)
+    assert trend["gain_shrinks_monotonically"] and trend["n_points"] == 9
+
+
+def test_predicted_gain_falls_with_rank_and_vanishes_at_full_rank():
+    from experiments import lm_width as W
+
+    d = 64
+    g = W.predicted_gain(np.arange(0, 2 * d), d, 0.5)
+    assert g[0] == pytest.approx(1.0)  # normalised at r_* = 0
+    assert np.all(np.diff(g) <= 1e-12)  # non-increasing in the collective rank
+    assert np.all(g >= 0) and np.all(g[d:] == 0)  # clipped; r_* >= d: ResNet already exact
+    # a larger kappa (more complex task) keeps a positive guarantee to a larger rank
+    assert W.predicted_gain(8, d, 0.8) > W.predicted_gain(8, d, 0.3)
+
+
+@pytest.mark.slow
+def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
+    from figures import fig_lm_width
+
+    from dca_theory.io import read_json
+    from experiments import lm_width as W
+
+    monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
+    run = W.main(quick=True, out=tmp_path / "results" / "lm_width")
+    summary = read_json(run / "summary.json")
+    assert set(summary["widths"]) == {"8", "16"} and summary["complete"]
+    for w in ("8", "16"):
+        for kind in ("vanilla", "dca"):
+            layers = summary["ranks"][w][kind]
+            assert len(layers) == 2  # quick depth
+            assert all(x["rank_eps_max"] <= int(w) - 1 for x in layers)  # LayerNorm: <= D - 1
+    paths = fig_lm_width.make(tmp_path / "fig", tmp_path / "results")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
