@@ -9,18 +9,19 @@ also cite this figure as the motivation of k-DCA (first and last layers matter m
 plotted values lie in about [-0.2, 0.3] although b starts at 1 (``dca-paper.md`` App. H:
 unresolved).
 
-**Design.** The trained models of :func:`experiments._lm_grid.ablation_specs` (Tiny
-Shakespeare, width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the
-paper's ReLU gate and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every
-GRN and seed, :func:`dca_theory.lm.analysis.bias_profile` gives the median and 5-95% band of b
-over the 64 features per stack slot. Shape checks over every GRN with at least 3 slots: are the
-two largest slot medians the input and the newest output? Is the input's the largest (or the
-smallest)? Are all intermediate slots below both ends? What fraction of intermediate medians is negative? The gate weights w: L2 norm and max
-|w| per GRN and seed. With the paper's gate and w = 0 at init, ReLU'(0) = 0 gives w exactly
-zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0); with the open gate w trains.
-AdamW's decoupled weight decay acts on b too: ``decay_only_b`` is where b = 1 would end with no
-gradient at all (our 400 steps: ~0.96; the paper's 500k-step recipe: ~1e-3, which may explain
-why Figure 10's biases lie in [-0.2, 0.3] although b starts at 1).
+**Design.** The trained models of :func:`experiments._lm_grid.ablation_specs` (Tiny Shakespeare,
+width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
+and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every GRN and seed,
+:func:`dca_theory.lm.analysis.bias_profile` gives the median and 5-95% band of b over the 64
+features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
+slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are
+all intermediate slots below both ends? What fraction of intermediate medians is negative? The
+gate weights w: L2 norm and max |w| per GRN and seed. With the paper's gate and w = 0 at init,
+ReLU'(0) = 0 gives w exactly zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0);
+with the open gate w trains. AdamW's decoupled weight decay acts on b too: ``decay_only_b`` is
+where b = 1 would end with no gradient at all (our 400 steps: ~0.96; the paper's 500k-step
+recipe: ~1e-3, which may explain why Figure 10's biases lie in [-0.2, 0.3] although b starts at
+1).
 
 **Command.** ``dca-theory run lm_weights`` (full; reads the cache ``experiments/results/lm_runs``,
 writes ``experiments/results/lm_weights``) or ``dca-theory run lm_weights --quick`` (width 16,
