@@ -44,8 +44,13 @@ from jaxtyping import Array, Float, Int
 
 from dca_theory.lm.analysis import residual_states
 from dca_theory.lm.blocks import DCABlock, PreLNBlock
-from dca_theory.sim.rank import JacobianRank, effective_rank, numerical_rank, singular_values, \
-    stable_rank
+from dca_theory.sim.rank import (
+    JacobianRank,
+    effective_rank,
+    numerical_rank,
+    singular_values,
+    stable_rank,
+)
 
 RTOL = 1e-2  # the "structural" rank: singular values above 1% of the largest
 

@@ -19,8 +19,9 @@ the width. The theory overlay is Theorem 4.3(ii)'s G2 bound,
 ``dca_theory.theory.gain_lower_bound("grn_v2", d, r_*, lam_min=kappa, lam_max=1)`` normalised
 by its value at r_* = 0 and clipped at 0 (:func:`predicted_gain`), at d = width and r_* = the
 vanilla model's *collective* rank (sum over the 4 layers). GRN-v2 because DCA with the
-paper's ReLU gate trains exactly as GRN-v2 gates (w gets zero gradient at w = 0). For r_* >= d the theory predicts no gain (a ResNet of collective rank
-d already fits any A exactly), so the prediction is 0 there. kappa (the task's eigenvalue
+paper's ReLU gate trains exactly as GRN-v2 gates (w gets zero gradient at w = 0). For
+r_* >= d the theory predicts no gain (a ResNet of collective rank d already fits any A
+exactly), so the prediction is 0 there. kappa (the task's eigenvalue
 ratio) is unknown for text; 0.5 (Figure 5's lam_min/lam_max) is the headline, 0.3 and 0.8 are
 reported too.
 
@@ -58,7 +59,6 @@ from experiments._lm_common import (
     cache_dir,
     ensure_run,
     load_models,
-    mean_std,
     paired,
     ppl,
     seeds_for,

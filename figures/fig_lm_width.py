@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from matplotlib.ticker import NullFormatter, NullLocator
 
 from dca_theory.io import read_json

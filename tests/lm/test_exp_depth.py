@@ -3,7 +3,6 @@ slow test runs the quick mode and draws the figure."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from experiments import lm_depth as Dp
@@ -49,9 +48,8 @@ def test_summaries_on_synthetic_records():
 
 @pytest.mark.slow
 def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
-    from figures import fig_lm_depth
-
     from dca_theory.io import read_json
+    from figures import fig_lm_depth
 
     monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
     run = Dp.main(quick=True, out=tmp_path / "results" / "lm_depth")

@@ -69,9 +69,8 @@ def test_periodic_curve_drops_the_whole_split_point():
 
 @pytest.mark.slow
 def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
-    from figures import fig_lm_k
-
     from dca_theory.io import read_json
+    from figures import fig_lm_k
 
     monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
     run = K.main(quick=True, out=tmp_path / "results" / "lm_k")

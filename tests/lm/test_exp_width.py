@@ -13,7 +13,6 @@ from zoo_helpers import F64, tokens
 from dca_theory.lm.model import build_model
 from experiments import _lm_rank as R
 
-
 D = F64.d_model
 # float64 everywhere: the two code paths differ only in summation order (a few ulps)
 TOL = 1e-10
@@ -185,10 +184,9 @@ def test_predicted_gain_falls_with_rank_and_vanishes_at_full_rank():
 
 @pytest.mark.slow
 def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
-    from figures import fig_lm_width
-
     from dca_theory.io import read_json
     from experiments import lm_width as W
+    from figures import fig_lm_width
 
     monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
     run = W.main(quick=True, out=tmp_path / "results" / "lm_width")
