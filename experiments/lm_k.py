@@ -31,10 +31,10 @@ uses only the runs already cached and never trains. Figure: ``figures/fig_lm_k.p
 with the cache filled it only reads records and curves (seconds). Quick from an empty cache:
 ~1.5 minutes on an idle 2-core machine.
 
-**Expected result** (see ``paper/05_lm/k.md``): the depth-8 runs were not cached by the
-deadline, so no full-mode numbers exist yet. The same time-to-reach metric on the depth-2/4 runs
-(``lm_depth``) gives full DCA 0.95-0.96 of vanilla's steps and 1.01 / 1.26 of its time (paper:
-0.39), i.e. no "3x" speed-up at this scale; expect the depth-8 k-sweep to show ratios near 1.
+**Expected result** (see ``paper/05_lm/k.md``): the 1-/2-/4-DCA runs were not cached by the
+deadline, so no full-mode numbers exist yet. The same time-to-reach metric on the depth-2/4/8
+runs (``lm_depth``) gives full DCA 0.95-0.96 of vanilla's steps and 1.01 / 1.26 / 1.57 of its
+time (paper: 0.39), i.e. no "3x" speed-up at this scale.
 """
 
 from __future__ import annotations
