@@ -57,6 +57,9 @@ def _check(source: TransformerLM, target: ModelConfig) -> None:
     if target.residual not in RETROFIT_TARGETS:
         raise ValueError(f"cannot retrofit into residual={target.residual!r}; valid targets: "
                          f"{', '.join(RETROFIT_TARGETS)}")
+    if target.grn_window is not None:  # a window drops stack entries: not the plain sum
+        raise ValueError(f"cannot retrofit into grn_window={target.grn_window}: a windowed GRN "
+                         "does not equal the residual sum at init; valid: grn_window=None")
     for name in ARCH_FIELDS:
         if getattr(source.cfg, name) != getattr(target, name):
             raise ValueError(f"{name} differs: source {getattr(source.cfg, name)} vs target "

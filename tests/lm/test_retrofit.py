@@ -66,5 +66,7 @@ def test_retrofit_bad_inputs(getkey):
         retrofit(build_model(TINY.replace(residual="dca"), key=getkey()), TINY)
     with pytest.raises(ValueError, match="cannot retrofit into residual='denseformer'"):
         retrofit(src, TINY.replace(residual="denseformer"))
+    with pytest.raises(ValueError, match="cannot retrofit into grn_window=2"):
+        retrofit(src, TINY.replace(residual="grn_v3", grn_window=2))
     with pytest.raises(ValueError, match="d_model differs"):
         retrofit(src, TINY.replace(residual="dca", d_model=64, n_heads=4))
