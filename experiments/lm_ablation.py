@@ -27,10 +27,15 @@ seeds 0, 1; cache ``runs/lm_runs``). Figure: ``figures/fig_lm_ablation.py``.
 
 **Runtime.** Full, from an empty cache: 12 runs x 3 seeds; about 2-4 minutes per run on 2 CPU
 cores (~40 CPU-minutes), seconds on a GPU; with the cache filled (by ``python -m
-experiments._lm_grid``) it only reads records (seconds). Quick, from an empty cache: about
-1.5 minutes on an idle 2-core machine (7 small compilations dominate).
+experiments._lm_grid``) it only reads records (measured: 73 s wall, 4 s CPU, under load ~8).
+Quick, from an empty cache: measured 6 min 15 s wall, 3 min 4 s CPU (7 small compilations of
+~35 s each) on the 2-core machine under load ~7; expected ~1.5 minutes idle.
 
-**Expected result** (measured; see ``paper/05_lm/ablation.md``): filled in from the committed run.
+**Expected result** (measured, committed run; ``paper/05_lm/ablation.md``). Tiny Shakespeare test
+ppl (mean ± std, 3 seeds): Transformer 10.468 ± 0.149, GRN-v1 10.466 ± 0.156, GRN-v2 10.433 ±
+0.143, GRN-v3 10.440 ± 0.144, DCA 10.382 ± 0.144 (paired DCA - Transformer -0.085 ± 0.027, p =
+0.031, 3/3 seeds; -0.81% against the paper's -4.85%); open gate: GRN-v3 10.535, DCA 10.411.
+Penn Treebank (~458 ppl after 400 steps): all differences <= 0.3%, none with p < 0.05.
 """
 
 from __future__ import annotations
