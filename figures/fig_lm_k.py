@@ -37,7 +37,7 @@ def rows_of(summary: dict) -> list[dict]:
         r, reach = summary["rows"][kind], summary["time_to_reach_vanilla"].get(kind)
         rows.append({"kind": kind, "params": r["params"],
                      "test_ppl_mean": r["test_ppl"]["mean"], "test_ppl_std": r["test_ppl"]["std"],
-                     "median_step_s": r["median_step_s"],
+                     "step_s": r.get("step_s", r["median_step_s"]),
                      "time_ratio_mean": (reach["time_ratio"]["mean"]
                                          if reach and reach["time_ratio"] else
                                          (1.0 if kind == "vanilla" else None)),
@@ -64,7 +64,8 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             continue
         steps = np.asarray(c["steps"], float)
         y = np.asarray(c["valid_ppl_mean"])
-        step_s = summary["rows"][kind]["median_step_s"]
+        row = summary["rows"][kind]
+        step_s = row.get("step_s", row["median_step_s"])  # alternated single-model step time
         ax_s.plot(steps, y, color=COLORS[kind], label=_label(kind, depth))
         ax_t.plot(steps * step_s, y, color=COLORS[kind])
         if kind == "vanilla":

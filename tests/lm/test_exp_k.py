@@ -78,3 +78,19 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert set(summary["rows"]) == {"vanilla", "1-dca", "dca"} and summary["complete"]
     paths = fig_lm_k.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+def test_alternated_step_times_times_every_config_each_round():
+    from dca_theory.lm.config import PRESETS
+    from dca_theory.lm.train_config import TrainConfig
+    from experiments._lm_steptime import alternated_step_times
+
+    tc = TrainConfig(batch_size=2, seq_len=8, warmup_steps=1)
+    cfgs = {"a": (PRESETS["tiny"], tc), "b": (PRESETS["tiny"].replace(n_layers=1), tc)}
+    out = alternated_step_times(cfgs, repeats=3, warmup=1)
+    assert set(out) == {"a", "b"}
+    for r in out.values():
+        assert len(r["times_s"]) == 3 and all(t > 0 for t in r["times_s"])
+        assert r["median_s"] == sorted(r["times_s"])[1]  # median of three
+    with pytest.raises(ValueError, match="repeats and warmup must be >= 1"):
+        alternated_step_times(cfgs, repeats=0)
