@@ -8,7 +8,7 @@ gain bound of Theorem 4.3(ii) falls as the collective rank rises). The authors a
 that a layer's bottleneck rank equals the width, without measuring it.
 
 **Design.** The runs of :func:`experiments._lm_grid.width_specs`: vanilla and DCA at widths 16,
-32, 64, 128 (depth 4, 4 heads, MLP 4x width, 400 steps, seeds 0, 1, 2, same data order per
+32, 64 (depth 4, 4 heads, MLP 4x width, 400 steps, seeds 0, 1, 2, same data order per
 seed). Reported per width: whole-split test perplexity (mean ± std), the seed-paired DCA -
 vanilla difference (absolute and relative, paired t-test, 95% CI) and a regression of the
 per-seed relative difference on log2(width) (does the relative gain shrink?). **Beyond the
@@ -31,12 +31,13 @@ writes ``experiments/results/lm_width``) or ``dca-theory run lm_width --quick`` 
 summarises only the runs already in the cache (listing the missing ones) and never trains.
 Figure: ``figures/fig_lm_width.py``.
 
-**Runtime.** Full from an empty cache: 8 runs x 3 seeds, ~30-60 CPU-minutes on 2 cores (the
-width-128 runs dominate), a few minutes on a GPU; with the cache filled only the rank analysis
-runs: ~1-2 CPU-minutes (8 models x 4 layers x 32 Jacobians, width 128 dominating). Quick from an
+**Runtime.** Full from an empty cache: 6 runs x 3 seeds, ~15-25 CPU-minutes on 2 cores, a few
+minutes on a GPU (width 128 would add two ~7-minute runs: add it to ``_lm_grid.WIDTHS``); with
+the cache filled only the rank analysis runs: ~1 CPU-minute (6 models x 4 layers x 32
+Jacobians). Quick from an
 empty cache: ~1.5 minutes on an idle 2-core machine.
 
-**Expected result** (measured, widths 16-64; width 128 was not cached by the deadline; see
+**Expected result** (measured, widths 16-64; see
 ``paper/05_lm/width.md``): DCA - vanilla test ppl -0.124 / -0.075 / -0.085 (-0.86 / -0.61 /
 -0.81%) at widths 16 / 32 / 64, 3/3 seeds each (p = 0.03 / 0.05 / 0.03); no trend of the
 relative gain with width (slope +0.02 ± 0.11 points per doubling, p = 0.84). Every layer's
