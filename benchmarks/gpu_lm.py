@@ -104,7 +104,8 @@ def bench(args) -> dict:
                    "memory_ratio_to_vanilla": (None if mem[v] is None or not mem["vanilla"]
                                                else mem[v] / mem["vanilla"]), "times_s": times[v]}
         print(f"{v:8s} step {step * 1e3:8.3f} ms  {tok_s:12,.0f} tok/s  MFU {flops / peak:6.1%} "
-              f"(datasheet {flops / DATASHEET_BF16_FLOPS:6.1%})  step x{rows[v]['step_ratio_to_vanilla']:.3f}"
+              f"(datasheet {flops / DATASHEET_BF16_FLOPS:6.1%})  "
+              f"step x{rows[v]['step_ratio_to_vanilla']:.3f}"
               f"  mem x{rows[v]['memory_ratio_to_vanilla'] or float('nan'):.3f}", flush=True)
     return {"benchmark": "gpu_lm bench", "width": width, "depth": depth, "batch": batch,
             "seq": seq, "compute_dtype": "bfloat16", "measured_bf16_peak_flops": peak,

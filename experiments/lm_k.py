@@ -11,10 +11,11 @@ only slightly increasing the perplexity".
 **Design.** The runs of :func:`experiments._lm_grid.k_specs` at depth 8 (width 64, 4 heads, MLP
 256, 400 steps, seeds 0, 1, 2, same data order per seed): vanilla, 1-, 2-, 4-DCA and full DCA
 (= 8-DCA). Reported per kind: whole-split test perplexity (mean ± std) and the paired difference
-against vanilla; the step time, measured here by :func:`experiments._lm_steptime.alternated_step_times`
-(one single-model train step per kind, the run's config, timed alternately in one process, 15
-rounds, median: the records' grid-process times were taken under varying load and are kept
-as ``grid_step_time_ratio`` only; neither is the paper's TPU batches/s); and the time to reach vanilla's final perplexity
+against vanilla; the step time, measured here by
+:func:`experiments._lm_steptime.alternated_step_times` (one single-model train step per kind,
+the run's config, timed alternately in one process, 15 rounds, median: the records'
+grid-process times were taken under varying load and are kept as ``grid_step_time_ratio``
+only; neither is the paper's TPU batches/s); and the time to reach vanilla's final perplexity
 (:func:`time_to_reach`): per seed, the first step at which the kind's periodic validation ppl
 curve (every 25 steps on the same 6 validation batches; linear interpolation between evals)
 falls to vanilla's *last periodic* validation ppl of that seed (step 375; the step-400 point is

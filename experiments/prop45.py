@@ -22,7 +22,6 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from tqdm import tqdm
 
 from dca_theory.io import RunDir
