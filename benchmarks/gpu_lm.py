@@ -28,6 +28,7 @@ Commands (on the device machine; the corpus travels in an ignored folder)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -38,7 +39,14 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lm_bench_common import VARIANTS, machine, model_config, num_params, train_setup  # noqa: E402
+from lm_bench_common import (  # noqa: E402
+    VARIANTS,
+    emit,
+    machine,
+    model_config,
+    num_params,
+    train_setup,
+)
 
 DATASHEET_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16
 
@@ -141,7 +149,7 @@ def ablation(args) -> None:
         per_model = max(per_model or 0.0, time.perf_counter() - t)
         rec = {"kind": kind, **runs.record(), "wall_s": time.perf_counter() - t,
                "loss_curve_every_10": runs.loss_SxT[:, ::10].tolist(),
-               "train": vars(tc) | {}, "machine": machine()}
+               "train": dataclasses.asdict(tc), "machine": machine()}
         (out / f"ablation_{kind}.json").write_text(json.dumps(rec, default=str), "utf-8")
         print(f"{kind}: test ppl {[round(x, 2) for x in rec['test_ppl']]}, "
               f"{rec['median_step_s'] * 1e3:.1f} ms/step, {rec['wall_s']:.0f} s", flush=True)
@@ -163,9 +171,7 @@ def main(argv=None) -> None:
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name} must be >= 1, got {getattr(args, name)}")
     if args.what == "bench":
-        record = bench(args)
-        if args.json:
-            Path(args.json).write_text(json.dumps(record, indent=2), "utf-8")
+        emit(bench(args), args.json)
     else:
         ablation(args)
 

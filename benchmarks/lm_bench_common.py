@@ -10,19 +10,21 @@ variant) does not dilute the ratios; pass ``dropout`` to change that.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
+from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dca_theory.io import atomic_write_text
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import build_model
-from dca_theory.lm.optim import make_optimizer
-from dca_theory.lm.steps import make_train_step
+from dca_theory.lm.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.train_config import TrainConfig
 
 # variant name -> (residual, k)
@@ -56,24 +58,23 @@ def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
                        residual=residual, k=k, param_dtype=param_dtype)
 
 
-def synthetic_batch(batch: int, seq: int, vocab: int) -> dict[str, jax.Array]:
-    tokens = jax.random.randint(jax.random.PRNGKey(7), (batch, seq + 1), 0, vocab)
-    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-            "weights": jnp.ones((batch, seq), jnp.float32)}
+def train_config(cfg: ModelConfig, batch: int, compute_dtype: str = "float32") -> TrainConfig:
+    return TrainConfig(batch_size=batch, seq_len=cfg.max_len, warmup_steps=10,
+                       compute_dtype=compute_dtype)
 
 
 def train_setup(cfg: ModelConfig, batch: int, compute_dtype: str = "float32"):
     """Return ``(step_fn, args)`` with ``step_fn(*args) -> (params, opt_state, metrics)``."""
-    tcfg = TrainConfig(batch_size=batch, seq_len=cfg.max_len, warmup_steps=10,
-                       compute_dtype=compute_dtype)
-    model = build_model(cfg, key=jax.random.PRNGKey(0))
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    optimizer = make_optimizer(tcfg)
-    opt_state = optimizer.init(params)
-    step = make_train_step(static, optimizer, tcfg)
-    args = (params, opt_state, jax.random.PRNGKey(1),
-            synthetic_batch(batch, cfg.max_len, cfg.vocab_size), jnp.asarray(0, jnp.int32))
-    return step, args
+    return train_step_setup(cfg, train_config(cfg, batch, compute_dtype))
+
+
+def emit(record: dict, json_path: str | None) -> dict:
+    """Print the record as one JSON line and, if asked, write it (atomically) to a file."""
+    print(json.dumps(record))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(json_path, json.dumps(record, indent=2))
+    return record
 
 
 def num_params(cfg: ModelConfig) -> int:

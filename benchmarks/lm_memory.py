@@ -35,6 +35,7 @@ from lm_bench_common import (  # noqa: E402
     PAPER_MEMORY_RATIO,
     VARIANTS,
     check_positive,
+    emit,
     machine,
     model_config,
     synthetic_batch,
@@ -125,11 +126,7 @@ def main(argv=None) -> dict:
         record["inference_growth"] = {"from_depth": d0, "to_depth": d1, "ratio": growth}
         print(f"inference activation growth depth {d0} -> {d1}: "
               + ", ".join(f"{v} x{g:.2f}" for v, g in growth.items()))
-    print(json.dumps(record))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return record
+    return emit(record, args.json)
 
 
 if __name__ == "__main__":

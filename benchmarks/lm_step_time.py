@@ -21,51 +21,36 @@ a few minutes at width 256 (mostly compilation).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
-
-import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     PAPER_STEP_TIME_RATIO,
     VARIANTS,
     check_positive,
+    emit,
     machine,
     model_config,
     num_params,
-    train_setup,
+    train_config,
 )
+
+from dca_theory.lm.steptime import alternated_step_times  # noqa: E402
 
 
 def time_depth(depth: int, args) -> dict:
-    steps, states = {}, {}
+    configs = {}
     for variant in args.variants:
         cfg = model_config(variant, width=args.width, depth=depth, seq=args.seq,
                            vocab=args.vocab, dropout=args.dropout)
-        fn, call_args = train_setup(cfg, args.batch, args.compute_dtype)
-        steps[variant] = jax.jit(fn)
-        t = time.perf_counter()
-        for _ in range(args.warmup):  # the first call compiles
-            params, opt_state, _ = steps[variant](*call_args)
-            call_args = (params, opt_state, *call_args[2:])
-            jax.block_until_ready(params)
-        print(f"  depth {depth} {variant:8s} compiled + {args.warmup} warm-up steps "
-              f"in {time.perf_counter() - t:.1f} s", flush=True)
-        states[variant] = call_args
-    times: dict[str, list[float]] = {v: [] for v in args.variants}
-    for r in range(args.repeats):
-        order = args.variants[r % len(args.variants):] + args.variants[:r % len(args.variants)]
-        for variant in order:
-            call_args = states[variant]
-            t = time.perf_counter()
-            params, opt_state, metrics = steps[variant](*call_args)
-            jax.block_until_ready((params, metrics))
-            times[variant].append(time.perf_counter() - t)
-            states[variant] = (params, opt_state, *call_args[2:])
+        configs[variant] = (cfg, train_config(cfg, args.batch, args.compute_dtype))
+    timed = alternated_step_times(
+        configs, repeats=args.repeats, warmup=args.warmup,
+        log=lambda v, s: print(f"  depth {depth} {v:8s} compiled + {args.warmup} warm-up steps "
+                               f"in {s:.1f} s", flush=True))
+    times = {v: r["times_s"] for v, r in timed.items()}
     med = {v: statistics.median(ts) for v, ts in times.items()}
     out = {"depth": depth, "times_s": times, "median_s": med}
     if "vanilla" in med:
@@ -114,11 +99,7 @@ def main(argv=None) -> dict:
             print(f"{res['depth']:5d} {v:8s} {res['params'][v]:10d} {res['median_s'][v]:16.4f} "
                   f"{ratio:7.3f} {PAPER_STEP_TIME_RATIO[v]:11.2f} "
                   f"{'' if target is None else f'<={target:.2f}':>7s}")
-    print(json.dumps(record))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return record
+    return emit(record, args.json)
 
 
 if __name__ == "__main__":

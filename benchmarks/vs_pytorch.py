@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import statistics
@@ -54,6 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     check_positive,
+    emit,
     machine,
     model_config,
     num_params,
@@ -220,11 +220,7 @@ def main(argv=None) -> dict:
               f"{record['first_loss'][name]:10.3f}")
     print(f"ours {args.k}-DCA / theirs (tokens/s): {record['ratio_ours_over_theirs']:.2f} "
           f"(issue target >= {ISSUE_TARGET_RATIO})")
-    print(json.dumps(record))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return record
+    return emit(record, args.json)
 
 
 if __name__ == "__main__":

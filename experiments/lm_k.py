@@ -12,7 +12,7 @@ only slightly increasing the perplexity".
 256, 400 steps, seeds 0, 1, 2, same data order per seed): vanilla, 1-, 2-, 4-DCA and full DCA
 (= 8-DCA). Reported per kind: whole-split test perplexity (mean ± std) and the paired difference
 against vanilla; the step time, measured here by
-:func:`experiments._lm_steptime.alternated_step_times` (one single-model train step per kind,
+:func:`dca_theory.lm.steptime.alternated_step_times` (one single-model train step per kind,
 the run's config, timed alternately in one process, 15 rounds, median: the records'
 grid-process times were taken under varying load and are kept as ``grid_step_time_ratio``
 only; neither is the paper's TPU batches/s); and the time to reach vanilla's final perplexity
@@ -59,7 +59,7 @@ from experiments._lm_common import (
     seeds_for,
 )
 from experiments._lm_grid import k_specs
-from experiments._lm_steptime import alternated_step_times
+from dca_theory.lm.steptime import alternated_step_times
 from experiments._lm_tables import row_summary
 
 NAME = "lm_k"
@@ -129,7 +129,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
               "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
                        for k, s in specs.items()}, "only_cached": only_cached,
               "step_time": "alternated single-model train steps in this process "
-                            "(experiments._lm_steptime); the records' grid-process times too",
+                            "(dca_theory.lm.steptime); the records' grid-process times too",
               "step_time_repeats": STEP_TIME_REPEATS["quick" if quick else "full"]}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)

@@ -83,7 +83,7 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
 def test_alternated_step_times_times_every_config_each_round():
     from dca_theory.lm.config import PRESETS
     from dca_theory.lm.train_config import TrainConfig
-    from experiments._lm_steptime import alternated_step_times
+    from dca_theory.lm.steptime import alternated_step_times
 
     tc = TrainConfig(batch_size=2, seq_len=8, warmup_steps=1)
     cfgs = {"a": (PRESETS["tiny"], tc), "b": (PRESETS["tiny"].replace(n_layers=1), tc)}
