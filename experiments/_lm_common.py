@@ -85,6 +85,10 @@ class RunSpec:
                 "seeds": list(self.seeds), "final_batches": self.final_batches,
                 "init_from": self.init_from.key if self.init_from else None}
 
+    def describe(self) -> dict:
+        """What an experiment's ``config.json`` records of a run."""
+        return {"key": self.key, "model": self.model, "train": self.train}
+
     @property
     def key(self) -> str:
         text = json.dumps(self.identity(), sort_keys=True)
@@ -121,10 +125,15 @@ def _corpus(name: str):
 _CORPORA: dict = {}
 
 
+def is_cached(s: RunSpec, cache: Path) -> bool:
+    """Whether a finished run of ``s`` is in the cache (its record is written last)."""
+    return (Path(cache) / s.key / "record.json").is_file()
+
+
 def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
     """The cached record of ``s``, training it first if needed (see the module docstring)."""
     folder = Path(cache) / s.key
-    if (folder / "record.json").is_file():
+    if is_cached(s, cache):
         return read_json(folder / "record.json")
     if s.init_from is not None:
         ensure_run(s.init_from, cache, log=log)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from dca_theory.io import RunDir
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, seeds_for
+from experiments._lm_common import cache_dir, ensure_run, is_cached, seeds_for
 from experiments._lm_grid import ABLATION_KINDS, OPEN_GATE_KINDS, ablation_specs
 from experiments._lm_tables import paper_summary, same_order, summarise_table
 
@@ -81,7 +81,7 @@ def dataset_specs(quick: bool) -> dict[str, dict]:
 def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     specs = dataset_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {d: {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {d: {k: s.describe()
                            for k, s in by_kind.items()} for d, by_kind in specs.items()},
               "pairs": PAIRS}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
@@ -91,8 +91,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     for data, by_kind in specs.items():
         records = {}
         for kind, s in by_kind.items():
-            if not quick and kind in OPTIONAL_FULL_KINDS and not (
-                    cache / s.key / "record.json").is_file():
+            if not quick and kind in OPTIONAL_FULL_KINDS and not is_cached(s, cache):
                 summary["left_out"].append({"dataset": data, "kind": kind, "key": s.key})
                 continue
             records[kind] = r = ensure_run(s, cache)

@@ -40,7 +40,15 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, load_curves, paired, ppl, seeds_for
+from experiments._lm_common import (
+    cache_dir,
+    ensure_run,
+    is_cached,
+    load_curves,
+    paired,
+    ppl,
+    seeds_for,
+)
 from experiments._lm_grid import depth_specs
 from experiments._lm_tables import row_summary
 
@@ -130,13 +138,13 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
          only_cached: bool = False) -> Path:
     specs = depth_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {f"{k}-L{d}": {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {f"{k}-L{d}": s.describe()
                        for (k, d), s in specs.items()}, "only_cached": only_cached}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)
     records, missing = {}, []
     for (kind, d), s in specs.items():
-        if only_cached and not (cache / s.key / "record.json").is_file():
+        if only_cached and not is_cached(s, cache):
             missing.append(s.key)
             continue
         records[(kind, d)] = r = ensure_run(s, cache)

@@ -113,7 +113,7 @@ def summarise(records: dict[str, dict]) -> dict:
 def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     specs = inputs_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {k: s.describe()
                        for k, s in specs.items()},
               "pairs": PAIRS}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)

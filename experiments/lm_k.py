@@ -48,10 +48,12 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.steptime import alternated_step_times
 from dca_theory.paths import default_run_dir
 from experiments._lm_common import (
     cache_dir,
     ensure_run,
+    is_cached,
     load_curves,
     mean_std,
     paired,
@@ -59,7 +61,6 @@ from experiments._lm_common import (
     seeds_for,
 )
 from experiments._lm_grid import k_specs
-from dca_theory.lm.steptime import alternated_step_times
 from experiments._lm_tables import row_summary
 
 NAME = "lm_k"
@@ -126,7 +127,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
          only_cached: bool = False) -> Path:
     specs = k_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {k: s.describe()
                        for k, s in specs.items()}, "only_cached": only_cached,
               "step_time": "alternated single-model train steps in this process "
                             "(dca_theory.lm.steptime); the records' grid-process times too",
@@ -135,7 +136,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
     cache = cache_dir(run.path)
     records, curves, missing = {}, {}, []
     for kind, s in specs.items():
-        if only_cached and not (cache / s.key / "record.json").is_file():
+        if only_cached and not is_cached(s, cache):
             missing.append(s.key)
             continue
         records[kind] = r = ensure_run(s, cache)

@@ -67,7 +67,7 @@ def dataset_specs(quick: bool, datasets: tuple[str, ...] | None = None) -> dict[
 def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     specs = dataset_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {d: {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {d: {k: s.describe()
                            for k, s in by_kind.items()} for d, by_kind in specs.items()},
               "pairs": PAIRS}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)

@@ -160,7 +160,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
 
     specs = retrofit_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {k: s.describe()
                        for k, s in specs.items()},
               "row_steps": list(ROW_STEPS)}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)

@@ -160,7 +160,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
         raise ValueError(f"kinds must be a non-empty subset of {', '.join(KINDS)}, got {kinds!r}")
     specs = {k: s for k, s in ablation_specs(quick, "shakespeare").items() if k in kinds}
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {k: {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {k: s.describe()
                        for k, s in specs.items()}}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)

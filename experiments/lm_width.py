@@ -59,6 +59,7 @@ from experiments._lm_common import (
     _corpus,
     cache_dir,
     ensure_run,
+    is_cached,
     load_models,
     paired,
     ppl,
@@ -163,7 +164,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
          only_cached: bool = False) -> Path:
     specs = width_specs(quick)
     config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
-              "runs": {f"{k}-w{w}": {"key": s.key, "model": s.model, "train": s.train}
+              "runs": {f"{k}-w{w}": s.describe()
                        for (k, w), s in specs.items()},
               "rank": {"positions": RANK_POSITIONS[quick], "seed_index": RANK_SEED_INDEX,
                        "rtol": RTOL, "split": "valid"},
@@ -173,7 +174,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
     cache = cache_dir(run.path)
     records, missing = {}, []
     for (kind, w), s in specs.items():
-        if only_cached and not (cache / s.key / "record.json").is_file():
+        if only_cached and not is_cached(s, cache):
             missing.append(s.key)
             continue
         records[(kind, w)] = r = ensure_run(s, cache)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import FULL, figure, save
+from figures.style import FULL, figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_ablation"
@@ -103,8 +102,7 @@ def draw(summary: dict, paper: dict, out_dir: Path, name: str, order=ORDER) -> l
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_ablation" / "summary.json"
-    if not path.is_file():
+    summary = saved_summary(results_dir, "lm_ablation")
+    if summary is None:
         return []
-    summary = read_json(path)
     return draw(summary, summary["paper_table7"], out_dir, NAME)

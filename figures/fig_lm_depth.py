@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import figure, save
+from figures.style import figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_depth"
@@ -41,10 +40,9 @@ def _differences(summary: dict) -> list[tuple[str, dict]]:
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_depth" / "summary.json"
-    if not path.is_file():
+    summary = saved_summary(results_dir, "lm_depth")
+    if summary is None:
         return []
-    summary = read_json(path)
     rows = rows_of(summary)
     if not rows:
         return []

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import figure, save
+from figures.style import figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_inputs"
@@ -32,10 +31,9 @@ def labels(window: int) -> dict[str, str]:
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_inputs" / "summary.json"
-    if not path.exists():
+    summary = saved_summary(results_dir, "lm_inputs")
+    if summary is None:
         return []
-    summary = read_json(path)
     rows_by_kind, names = summary["rows"], labels(summary["window"])
     kinds = [k for k in ORDER if k in rows_by_kind]
     fig, (ax_ppl, ax_gap) = figure(2, height=2.4)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import figure, save
+from figures.style import figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_k"
@@ -48,10 +47,9 @@ def rows_of(summary: dict) -> list[dict]:
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_k" / "summary.json"
-    if not path.is_file():
+    summary = saved_summary(results_dir, "lm_k")
+    if summary is None:
         return []
-    summary = read_json(path)
     rows = rows_of(summary)
     if not rows:
         return []

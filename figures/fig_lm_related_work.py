@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dca_theory.io import read_json
 from figures.fig_lm_ablation import draw
+from figures.style import saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_related_work"
@@ -17,8 +17,7 @@ ORDER = ("vanilla", "laurel_pa", "denseformer", "hyper_connections", "dca")  # p
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_related_work" / "summary.json"
-    if not path.is_file():
+    summary = saved_summary(results_dir, "lm_related_work")
+    if summary is None:
         return []
-    summary = read_json(path)
     return draw(summary, summary["paper_table5"], out_dir, NAME, ORDER)

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import figure, save
+from figures.style import figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_retrofit"
@@ -27,10 +26,9 @@ LABELS = {"vanilla": "continued as Transformer", "dca": "continued as DCA (retro
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_retrofit" / "summary.json"
-    if not path.exists():
+    summary = saved_summary(results_dir, "lm_retrofit")
+    if summary is None:
         return []
-    summary = read_json(path)
     curves = summary["valid_curves"]
     fig, (ax, ax_d) = figure(2, height=2.4)
     rows = []

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dca_theory.io import read_json
-from figures.style import FULL, figure, save
+from figures.style import FULL, figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_weights"
@@ -42,10 +41,9 @@ def slot_ticks(slots: list[str]) -> list[str]:
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_weights" / "summary.json"
-    if not path.exists():
+    summary = saved_summary(results_dir, "lm_weights")
+    if summary is None:
         return []
-    summary = read_json(path)
     kinds, decay_only = summary["kinds"], summary.get("decay_only_b")
     paths = []
     for family, members in FAMILIES.items():

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import NullFormatter, NullLocator
 
-from dca_theory.io import read_json
-from figures.style import SWEEP_COLORS, figure, save
+from figures.style import SWEEP_COLORS, figure, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_width"
@@ -144,10 +143,9 @@ def _panel_theory(ax, summary, curves):
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    path = Path(results_dir) / "lm_width" / "summary.json"
-    if not path.is_file():
+    summary = saved_summary(results_dir, "lm_width")
+    if summary is None:
         return []
-    summary = read_json(path)
     rows = rows_of(summary)
     if not rows:
         return []

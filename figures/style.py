@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dca_theory.io import write_json  # noqa: E402
+from dca_theory.io import read_json, write_json  # noqa: E402
 
 # fontTools logs a harmless note on every TrueType embedding in PDFs
 logging.getLogger("fontTools").setLevel(logging.ERROR)
@@ -81,3 +81,9 @@ def save(fig, out_dir: Path, name: str, *, rows: list[dict] | None = None,
     if data is not None:
         paths.append(write_json(out_dir / f"{name}.json", data))
     return paths
+
+
+def saved_summary(results_dir: Path, experiment: str) -> dict | None:
+    """The ``summary.json`` of a saved experiment run, or None if it has not been run."""
+    path = Path(results_dir) / experiment / "summary.json"
+    return read_json(path) if path.is_file() else None
