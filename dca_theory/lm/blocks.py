@@ -50,6 +50,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.norm import grn_layer_norm, layer_norm
 from dca_theory.residual import Combiner, make_combiner
 
 
@@ -92,7 +93,9 @@ def split_or_none(key: PRNGKeyArray | None, n: int) -> list[PRNGKeyArray | None]
 
 
 class LayerNorm(eqx.Module):
-    """LayerNorm over the last axis; statistics in the parameter dtype (at least float32)."""
+    """LayerNorm over the last axis; statistics in the parameter dtype (at least float32).
+
+    Runs :func:`dca_theory.lm.norm.layer_norm` (a lean custom backward pass)."""
 
     scale: Float[Array, " D"]
     bias: Float[Array, " D"]
@@ -104,11 +107,8 @@ class LayerNorm(eqx.Module):
 
     def __call__(self, x: Float[Array, "*batch D"], out_dtype=None) -> Float[Array, "*batch D"]:
         stat_dtype = jnp.promote_types(self.scale.dtype, jnp.float32)
-        x32 = x.astype(stat_dtype)
-        mean = jnp.mean(x32, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
-        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-        y = y * last_axis(self.scale, y) + last_axis(self.bias, y)
+        y = layer_norm(x, self.scale.astype(stat_dtype), self.bias.astype(stat_dtype),
+                       self.eps, stat_dtype)
         return y.astype(out_dtype or self.scale.dtype)
 
 
@@ -257,17 +257,35 @@ class DCABlock(eqx.Module):
             ln_h=block.ln2, mlp=block.mlp, rate=block.rate,
         )
 
+    def attention_inputs(
+        self, stack: Array | tuple[Array, ...], *, fused: bool = True,
+    ) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
+        """``((LN_q(q̃), LN_k(k̃), LN_v(ṽ)), (q̃, k̃, ṽ))`` from the stack, given as an
+        ``S×L×D`` array or a tuple of entries.
+
+        ``fused`` (the default) computes the three GRNs and their LayerNorms in one pass over
+        the entries, without stacking them, with a backward pass that keeps only the entries
+        and the LayerNorm statistics (:func:`dca_theory.lm.norm.grn_layer_norm`).
+        ``fused=False`` is the straightforward reference: three :class:`Combiner` calls on the
+        stacked array, then the three LayerNorms. Same values and gradients.
+        """
+        grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)
+        if not fused:
+            stack_SxLxD = stack if isinstance(stack, jax.Array) else jnp.stack(stack)
+            raw = tuple(g(stack_SxLxD) for g in grns)
+            return tuple(n(x) for n, x in zip(norms, raw)), raw
+        stat_dtype = jnp.promote_types(self.ln_q.scale.dtype, jnp.float32)
+        normed, raw = grn_layer_norm(grns, norms, tuple(stack), stat_dtype)
+        return tuple(x.astype(n.scale.dtype) for n, x in zip(norms, normed)), raw
+
     def __call__(
-        self, stack_SxLxD: Array, *, causal: bool, key: PRNGKeyArray | None = None,
+        self, stack: Array | tuple[Array, ...], *, causal: bool,
+        key: PRNGKeyArray | None = None, fused: bool = True,
     ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """Return ``(o, q̃)``: the new stack entry and the query input (for analysis)."""
         k_att, k_drop, k_mlp = split_or_none(key, 3)
-        # One stacked array serves all three GRNs (no re-stacking per GRN).
-        q_LxD = self.grn_q(stack_SxLxD)
-        k_LxD = self.grn_k(stack_SxLxD)
-        v_LxD = self.grn_v(stack_SxLxD)
-        a_LxD = self.attn(self.ln_q(q_LxD), self.ln_k(k_LxD), self.ln_v(v_LxD),
-                          causal=causal, key=k_att)
+        (qn_LxD, kn_LxD, vn_LxD), (q_LxD, _, _) = self.attention_inputs(stack, fused=fused)
+        a_LxD = self.attn(qn_LxD, kn_LxD, vn_LxD, causal=causal, key=k_att)
         a_LxD = dropout(a_LxD, self.rate, k_drop).astype(q_LxD.dtype)
         h_LxD = self.ln_h(a_LxD + q_LxD)
         o_LxD = self.mlp(h_LxD, key=k_mlp).astype(q_LxD.dtype) + a_LxD

@@ -22,6 +22,9 @@ GRN_WINDOW_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 
+GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer. Defaults follow the Flax lm1b example (the paper's baseline).
@@ -62,6 +65,11 @@ class ModelConfig:
     # ``grn_window - 1`` outputs, otherwise the last ``grn_window`` entries. See grn_slots.
     grn_window: int | None = None
     grn_input: bool = True
+    # How stack-reading GRNs run (same function, value and gradient): "fused" computes a
+    # block's GRNs in one pass over the stack entries with a hand-written backward that keeps
+    # only the entries (dca_theory.residual_fused); "reference" stacks the entries into one
+    # array per block and applies each Combiner (autodiff keeps every stacked copy).
+    grn_impl: str = "fused"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "d_mlp", "n_layers",
@@ -95,6 +103,8 @@ class ModelConfig:
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
         check_gate(self.grn_gate)
+        if self.grn_impl not in GRN_IMPLS:
+            raise ValueError(f"unknown grn_impl {self.grn_impl!r}; valid: {', '.join(GRN_IMPLS)}")
         self._check_grn_window()
 
     def _check_grn_window(self) -> None:

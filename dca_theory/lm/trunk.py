@@ -49,6 +49,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.residual import Combiner, ResidualStack, make_combiner, stack_size
+from dca_theory.residual_fused import combine_entries
 
 States = dict[str, Array]
 GRN_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
@@ -109,12 +110,17 @@ class ResidualTrunk(AbstractTrunk):
             )
         return cls(cfg=cfg, blocks=blocks, grns=grns)
 
-    def _window(self, stack: ResidualStack) -> Float[Array, "S L D"]:
+    def _window(self, stack: ResidualStack) -> tuple[Float[Array, "L D"], ...]:
         """The stack entries the next GRN reads (all of them unless ``cfg.grn_window``)."""
         if self.cfg.grn_window is None:
-            return stack.array()
+            return stack.entries()
         entries = stack.entries()
-        return jnp.stack([entries[i] for i in self.cfg.grn_slots(stack.num_outputs)])
+        return tuple(entries[i] for i in self.cfg.grn_slots(stack.num_outputs))
+
+    def _combine(self, grn: Combiner, entries: tuple[Array, ...]) -> Float[Array, "L D"]:
+        if self.cfg.grn_impl == "fused":
+            return combine_entries((grn,), entries)[0]
+        return grn(jnp.stack(entries))
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
@@ -131,14 +137,14 @@ class ResidualTrunk(AbstractTrunk):
         else:
             stack = ResidualStack.start(x_LxD)
             for t, (blk, grn, k) in enumerate(zip(self.blocks, self.grns, keys)):
-                g_SxLxD = self._window(stack)
-                in_LxD = grn(g_SxLxD)
+                g_S = self._window(stack)
+                in_LxD = self._combine(grn, g_S)
                 f_LxD = blk.branch(in_LxD, causal=causal, key=k)
                 stack = stack.push(f_LxD)
                 if collect:
-                    states |= {f"stack_{t}": g_SxLxD, f"block_{t}_in": in_LxD,
+                    states |= {f"stack_{t}": jnp.stack(g_S), f"block_{t}_in": in_LxD,
                                f"block_{t}_out": f_LxD, f"stream_{t}": stack.total()}
-            h_LxD = self.grns[-1](self._window(stack))
+            h_LxD = self._combine(self.grns[-1], self._window(stack))
         if collect:
             states["final"] = h_LxD
         return h_LxD, states
@@ -160,7 +166,8 @@ class DCATrunk(AbstractTrunk):
     def from_pre_ln(cls, cfg: ModelConfig, blocks: tuple[PreLNBlock, ...]) -> DCATrunk:
         """Wrap pre-LN blocks into DCA blocks with identity-initialised GRNs."""
         dca = tuple(
-            DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate) for t, b in enumerate(blocks)
+            DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate)
+            for t, b in enumerate(blocks)
         )
         final = make_combiner("grn_v3", stack_size(cfg.n_layers, cfg.k), cfg.d_model,
                               dtype=dtype_of(cfg.param_dtype), gate=cfg.grn_gate)
@@ -168,15 +175,23 @@ class DCATrunk(AbstractTrunk):
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
+        fused = self.cfg.grn_impl == "fused"
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
         for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
-            g_SxLxD = stack.array()  # stacked once; serves GRN_q, GRN_k and GRN_v
-            o_LxD, q_LxD = blk(g_SxLxD, causal=causal, key=k)
+            # Fused: the entries as they are (no per-block copy); reference: stacked once,
+            # serving GRN_q, GRN_k and GRN_v.
+            g = stack.entries() if fused else stack.array()
+            o_LxD, q_LxD = blk(g, causal=causal, key=k, fused=fused)
+            if collect:
+                states |= {f"stack_{t}": stack.array(), f"block_{t}_in": q_LxD,
+                           f"block_{t}_out": o_LxD}
             stack = stack.push(o_LxD)
             if collect:
-                states |= {f"stack_{t}": g_SxLxD, f"block_{t}_in": q_LxD,
-                           f"block_{t}_out": o_LxD, f"stream_{t}": stack.total()}
-        h_LxD = self.final(stack.array())
+                states[f"stream_{t}"] = stack.total()
+        if fused:
+            (h_LxD,) = combine_entries((self.final,), stack.entries())
+        else:
+            h_LxD = self.final(stack.array())
         if collect:
             states["final"] = h_LxD
         return h_LxD, states

@@ -1,0 +1,140 @@
+r"""LayerNorm with a lean backward pass: it keeps the normalised input and ``1/σ`` only.
+
+Autodiff of the straightforward formula (:func:`layer_norm_reference`) keeps, per call, the
+centred input, the normalised input, ``2 (x - μ)`` from the square's derivative and the output:
+four ``*batch × D`` tensors. Training a transformer keeps one per LayerNorm call and per layer,
+and a DCA block has four LayerNorms where a pre-LN block has two. :func:`layer_norm` computes the
+same function with a custom VJP that keeps ``x̂ = (x - μ)/σ`` and ``1/σ``:
+
+.. math::  \bar x = \frac{1}{\sigma}\Big(\bar{\hat x} - \overline{\bar{\hat x}}
+           - \hat x\, \overline{\bar{\hat x} \odot \hat x}\Big), \quad
+           \bar{\hat x} = \bar y \odot \gamma, \quad
+           \bar\gamma = \textstyle\sum \bar y \odot \hat x, \quad
+           \bar\beta = \textstyle\sum \bar y ,
+
+with overlines over ``D`` meaning feature means. Statistics are computed in ``stat_dtype``
+(at least float32); tests compare values and gradients with the reference in float64.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from dca_theory.residual_fused import grn_arguments, grn_backward, grn_forward
+
+
+def _row(p: Array, x: Array) -> Array:
+    return p.reshape((1,) * (x.ndim - 1) + p.shape)
+
+
+def layer_norm_reference(x: Float[Array, "*batch D"], scale: Array, bias: Array, eps: float,
+                         stat_dtype) -> Array:
+    """LayerNorm over the last axis, written out (autodiff keeps its intermediates)."""
+    x32 = x.astype(stat_dtype)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + eps)
+    return y * _row(scale, y) + _row(bias, y)
+
+
+def _normalise(x, eps, stat_dtype):
+    x32 = x.astype(stat_dtype)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    centred = x32 - mean
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(centred), axis=-1, keepdims=True) + eps)
+    return centred * rstd, rstd
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def layer_norm(x: Float[Array, "*batch D"], scale: Array, bias: Array, eps: float,
+               stat_dtype) -> Array:
+    """Same value as :func:`layer_norm_reference` (in ``stat_dtype``), lean backward pass."""
+    xhat, _ = _normalise(x, eps, stat_dtype)
+    return xhat * _row(scale, xhat) + _row(bias, xhat)
+
+
+def _layer_norm_fwd(x, scale, bias, eps, stat_dtype):
+    xhat, rstd = _normalise(x, eps, stat_dtype)
+    y = xhat * _row(scale, xhat) + _row(bias, xhat)
+    # x is kept only for its dtype (a zero-size witness would do; the dtype is static).
+    return y, (xhat, rstd, scale, bias, jnp.zeros((), x.dtype))
+
+
+def _layer_norm_bwd(eps, stat_dtype, residuals, dy):
+    xhat, rstd, scale, bias, x_witness = residuals
+    dy = dy.astype(xhat.dtype)
+    batch_axes = tuple(range(xhat.ndim - 1))
+    dxhat = dy * _row(scale, dy).astype(dy.dtype)
+    mean_d = jnp.mean(dxhat, axis=-1, keepdims=True)
+    mean_dx = jnp.mean(dxhat * xhat, axis=-1, keepdims=True)
+    dx = rstd * (dxhat - mean_d - xhat * mean_dx)
+    d_scale = jnp.sum(dy * xhat, axis=batch_axes).astype(scale.dtype)
+    d_bias = jnp.sum(dy, axis=batch_axes).astype(bias.dtype)
+    return dx.astype(x_witness.dtype), d_scale, d_bias
+
+
+layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
+# --- GRNs followed by LayerNorms (a DCA block's q̃, k̃, ṽ and their LN_q, LN_k, LN_v) ---------
+#
+# The pair's backward pass keeps neither the GRN outputs nor the normalised ones: it keeps the
+# stack entries (alive anyway as layer outputs), the gate pre-activations and the LayerNorm
+# statistics, and recomputes the rest. The LayerNorm outputs themselves are kept by the
+# attention projections that read them, as in a pre-LN block.
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _grn_norm(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
+    outs, _ = grn_forward(gate, entries, bs, ws)
+    normed = tuple(layer_norm(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases))
+    return normed, outs
+
+
+def _grn_norm_fwd(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
+    outs, pres = grn_forward(gate, entries, bs, ws)
+    norm = [_layer_norm_fwd(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases)]
+    normed, rstds = tuple(n[0] for n in norm), tuple(n[1][1] for n in norm)
+    return (normed, outs), (entries, bs, ws, pres, scales, biases, rstds)
+
+
+def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
+    entries, bs, ws, pres, scales, biases, rstds = residuals
+    d_normed, d_outs = cotangents
+    # Recompute the GRN outputs (O(S) elementwise work). The barrier ties the entries to the
+    # incoming cotangents so that XLA cannot schedule the recomputation early, in the forward
+    # pass, which would keep its results alive until here after all.
+    entries, d_normed = jax.lax.optimization_barrier((entries, d_normed))
+    outs, _ = grn_forward(gate, entries, bs, ws)
+    d_total, d_scales, d_biases = [], [], []
+    for y, s, b, rstd, dn, dy in zip(outs, scales, biases, rstds, d_normed, d_outs):
+        y32 = y.astype(stat_dtype)
+        xhat = (y32 - jnp.mean(y32, axis=-1, keepdims=True)) * rstd
+        dx, ds, db = _layer_norm_bwd(eps, stat_dtype, (xhat, rstd, s, b, jnp.zeros((), y.dtype)),
+                                     dn)
+        d_total.append(dx + dy.astype(dx.dtype))
+        d_scales.append(ds)
+        d_biases.append(db)
+    d_entries, d_bs, d_ws = grn_backward(gate, entries, bs, ws, pres, tuple(d_total))
+    return d_entries, d_bs, d_ws, tuple(d_scales), tuple(d_biases)
+
+
+_grn_norm.defvjp(_grn_norm_fwd, _grn_norm_bwd)
+
+
+def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple]:
+    """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j)`` over a tuple of stack entries, with the lean
+    backward pass described above. ``norms`` are LayerNorm modules (``scale``, ``bias``,
+    ``eps``; one ``eps`` for all), cast to ``stat_dtype`` for the statistics."""
+    gate, bs, ws = grn_arguments(combiners, tuple(entries))
+    eps = {n.eps for n in norms}
+    if len(eps) != 1 or len(norms) != len(combiners):
+        raise ValueError(f"need one LayerNorm per combiner with one eps, got {len(norms)} "
+                         f"norms for {len(combiners)} combiners, eps {sorted(eps)}")
+    scales = tuple(n.scale.astype(stat_dtype) for n in norms)
+    biases = tuple(n.bias.astype(stat_dtype) for n in norms)
+    return _grn_norm(gate, eps.pop(), stat_dtype, tuple(entries), bs, ws, scales, biases)
