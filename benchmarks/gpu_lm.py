@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
-    VARIANTS,
+    DEFAULT_VARIANTS,
     emit,
     machine,
     model_config,
@@ -73,7 +73,7 @@ def bench(args) -> dict:
     batch, seq = (2, 16) if args.smoke else (args.batch, 128)
     peak = matmul_peak(256 if args.smoke else 8192)
     compiled, states, mem = {}, {}, {}
-    for v in VARIANTS:
+    for v in DEFAULT_VARIANTS:
         cfg = model_config(v, width=width, depth=depth, seq=seq, vocab=8192)
         fn, call_args = train_setup(cfg, batch, "bfloat16")
         t = time.perf_counter()
@@ -87,8 +87,8 @@ def bench(args) -> dict:
         jax.block_until_ready(call_args[0])
         print(f"{v}: compiled and warmed up in {time.perf_counter() - t:.1f} s", flush=True)
         states[v] = call_args
-    times = {v: [] for v in VARIANTS}
-    names = list(VARIANTS)
+    times = {v: [] for v in DEFAULT_VARIANTS}
+    names = list(DEFAULT_VARIANTS)
     for r in range(args.repeats):
         for v in names[r % 3:] + names[:r % 3]:
             call_args = states[v]
@@ -100,7 +100,7 @@ def bench(args) -> dict:
             times[v].append((time.perf_counter() - t) / args.chunk)
             states[v] = call_args
     rows = {}
-    for v in VARIANTS:
+    for v in DEFAULT_VARIANTS:
         cfg = model_config(v, width=width, depth=depth, seq=seq, vocab=8192)
         step = statistics.median(times[v])
         tok_s = batch * seq / step

@@ -27,12 +27,16 @@ from dca_theory.lm.model import build_model
 from dca_theory.lm.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.train_config import TrainConfig
 
-# variant name -> (residual, k)
-VARIANTS: dict[str, tuple[str, int | None]] = {
-    "vanilla": ("vanilla", None),
-    "dca": ("dca", None),
-    "2-dca": ("dca", 2),
+# variant name -> (residual, k, grn_impl). The "-ref" variants run the straightforward GRN
+# path (stacked array + Combiner, autodiff backward) that the fused default replaced.
+VARIANTS: dict[str, tuple[str, int | None, str]] = {
+    "vanilla": ("vanilla", None, "fused"),
+    "dca": ("dca", None, "fused"),
+    "2-dca": ("dca", 2, "fused"),
+    "dca-ref": ("dca", None, "reference"),
+    "2-dca-ref": ("dca", 2, "reference"),
 }
+DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
 
 # Paper, Table 1 (24 layers, LM1B, TPU): training speed in batches/s.
 PAPER_BATCHES_PER_S = {"vanilla": 8.14, "2-dca": 5.39, "dca": 3.72}
@@ -52,10 +56,10 @@ def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
                  dropout: float = 0.0, param_dtype: str = "float32") -> ModelConfig:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
-    residual, k = VARIANTS[variant]
+    residual, k, grn_impl = VARIANTS[variant]
     return ModelConfig(vocab_size=vocab, max_len=seq, d_model=width, n_heads=max(1, width // 64),
                        d_mlp=4 * width, n_layers=depth, dropout=dropout, attn_dropout=dropout,
-                       residual=residual, k=k, param_dtype=param_dtype)
+                       residual=residual, k=k, param_dtype=param_dtype, grn_impl=grn_impl)
 
 
 def train_config(cfg: ModelConfig, batch: int, compute_dtype: str = "float32") -> TrainConfig:

@@ -32,6 +32,7 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    DEFAULT_VARIANTS,
     PAPER_MEMORY_RATIO,
     VARIANTS,
     check_positive,
@@ -79,7 +80,8 @@ def main(argv=None) -> dict:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS),
+                   choices=list(VARIANTS))
     p.add_argument("--skip-train", action="store_true", help="inference memory only")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    DEFAULT_VARIANTS,
     PAPER_STEP_TIME_RATIO,
     VARIANTS,
     check_positive,
@@ -71,7 +72,8 @@ def main(argv=None) -> dict:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--compute-dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS),
+                   choices=list(VARIANTS))
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
     for name in ("width", "seq", "batch", "vocab", "repeats", "warmup"):

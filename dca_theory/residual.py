@@ -237,6 +237,15 @@ class ResidualStack(eqx.Module):
         mid = () if self.middle is None else (self.middle,)
         return (self.inputs, *mid, *self.recent)
 
+    def with_entries(self, entries: Sequence[Array]) -> ResidualStack:
+        """The same stack holding ``entries`` (slot order of :meth:`entries`) instead."""
+        if len(entries) != self.size:
+            raise ValueError(f"a stack of size {self.size} cannot hold {len(entries)} entries")
+        mid = None if self.middle is None else entries[1]
+        return ResidualStack(inputs=entries[0], middle=mid,
+                             recent=tuple(entries[1 + (mid is not None):]), k=self.k,
+                             _num_outputs=self._num_outputs)
+
     def array(self) -> Float[Array, "S *batch D"]:
         """The stack as one array, slot order ``[x, (middle), recent...]``."""
         return jnp.stack(self.entries())

@@ -69,27 +69,31 @@ def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _combine(gate: str, entries: Entries, bs: tuple, ws: tuple) -> tuple[Array, ...]:
-    return grn_forward(gate, entries, bs, ws)[0]
+def _combine(gate: str, entries: Entries, bs: tuple, ws: tuple):
+    return grn_forward(gate, entries, bs, ws)[0], entries
 
 
 def _combine_fwd(gate, entries, bs, ws):
     outs, pres = grn_forward(gate, entries, bs, ws)
-    return outs, (entries, bs, ws, pres)
+    return (outs, entries), (entries, bs, ws, pres)
 
 
-def _combine_bwd(gate, residuals, d_outs):
-    return grn_backward(gate, *residuals, d_outs)
+def _combine_bwd(gate, residuals, cotangents):
+    d_outs, d_through = cotangents
+    return grn_backward(gate, *residuals, d_outs, d_through)
 
 
-def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple, d_outs):
-    """Cotangents ``(entries, bs, ws)`` of :func:`grn_forward` given the outputs' ``d_outs``."""
+def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple, d_outs,
+                 d_through: Entries):
+    """Cotangents ``(entries, bs, ws)`` of :func:`grn_forward` given the outputs' ``d_outs``,
+    added to ``d_through``, the entries' cotangents from their later uses (see
+    :func:`combine_threaded`)."""
     batch_axes = tuple(range(entries[0].ndim - 1))
     d_entries = []
     d_bs = [[] for _ in bs]
     d_ws = [None if w is None else jnp.zeros_like(w) for w in ws]
     for i, h in enumerate(entries):
-        dh = jnp.zeros_like(h)
+        dh = d_through[i].astype(jnp.result_type(h, *d_outs))
         for j, (b, w, pre, dy) in enumerate(zip(bs, ws, pres, d_outs)):
             coef = _per_feature(b[i], h)
             prod = dy * h
@@ -104,9 +108,14 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
                 d_ws[j] = d_ws[j] + jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))
             dh = dh + coef * dy
         d_entries.append(dh.astype(h.dtype))
+    # Materialise each entry's running cotangent here, block by block. Without the barrier
+    # XLA fuses an entry's whole accumulation (one term per later block) into one consumer
+    # at the end of the backward pass, keeping every later block's GRN cotangents alive until
+    # then: O(depth) extra memory, and one huge slow fusion per entry.
+    d_entries = jax.lax.optimization_barrier(tuple(d_entries))
     d_bs = tuple(jnp.stack(rows) for rows in d_bs)
     d_ws = tuple(None if d is None else d.astype(w.dtype) for d, w in zip(d_ws, ws))
-    return tuple(d_entries), d_bs, d_ws
+    return d_entries, d_bs, d_ws
 
 
 _combine.defvjp(_combine_fwd, _combine_bwd)
@@ -135,6 +144,17 @@ def combine_entries(combiners, entries: Entries) -> tuple[Array, ...]:
     Equals ``tuple(c(jnp.stack(entries)) for c in combiners)`` in value and gradient, without
     the stacked copy. Entries have shape ``(*batch, D)``; each combiner's size must be
     ``len(entries)``.
+    """
+    return combine_threaded(combiners, entries)[0]
+
+
+def combine_threaded(combiners, entries: Entries) -> tuple[tuple[Array, ...], Entries]:
+    """``(outputs, entries)``: :func:`combine_entries`, also passing the entries through.
+
+    Read the stack through the returned entries in every later use. Then each entry's
+    cotangent flows back through one chain, block by block, and every block's backward pass
+    adds its own terms to it (see :func:`grn_backward`), instead of autodiff summing one
+    term per use at the end.
     """
     gate, bs, ws = grn_arguments(combiners, entries)
     return _combine(gate, tuple(entries), bs, ws)

@@ -257,36 +257,44 @@ class DCABlock(eqx.Module):
             ln_h=block.ln2, mlp=block.mlp, rate=block.rate,
         )
 
-    def attention_inputs(
-        self, stack: Array | tuple[Array, ...], *, fused: bool = True,
-    ) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
-        """``((LN_q(q̃), LN_k(k̃), LN_v(ṽ)), (q̃, k̃, ṽ))`` from the stack, given as an
-        ``S×L×D`` array or a tuple of entries.
+    def attention_inputs(self, stack: Array | tuple[Array, ...], *, fused: bool = True):
+        """``((LN_q(q̃), LN_k(k̃), LN_v(ṽ)), (q̃, k̃, ṽ), entries)`` from the stack, given as an
+        ``S×L×D`` array or a tuple of entries; ``entries`` is the stack's tuple of entries.
 
         ``fused`` (the default) computes the three GRNs and their LayerNorms in one pass over
         the entries, without stacking them, with a backward pass that keeps only the entries
-        and the LayerNorm statistics (:func:`dca_theory.lm.norm.grn_layer_norm`).
-        ``fused=False`` is the straightforward reference: three :class:`Combiner` calls on the
-        stacked array, then the three LayerNorms. Same values and gradients.
+        and the LayerNorm statistics (:func:`dca_theory.lm.norm.grn_layer_norm`); read the
+        stack through the returned entries afterwards. ``fused=False`` is the straightforward
+        reference: three :class:`Combiner` calls on the stacked array, then the three
+        LayerNorms. Same values and gradients.
         """
         grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)
         if not fused:
             stack_SxLxD = stack if isinstance(stack, jax.Array) else jnp.stack(stack)
             raw = tuple(g(stack_SxLxD) for g in grns)
-            return tuple(n(x) for n, x in zip(norms, raw)), raw
+            return tuple(n(x) for n, x in zip(norms, raw)), raw, tuple(stack)
         stat_dtype = jnp.promote_types(self.ln_q.scale.dtype, jnp.float32)
-        normed, raw = grn_layer_norm(grns, norms, tuple(stack), stat_dtype)
-        return tuple(x.astype(n.scale.dtype) for n, x in zip(norms, normed)), raw
+        normed, raw, entries = grn_layer_norm(grns, norms, tuple(stack), stat_dtype)
+        return tuple(x.astype(n.scale.dtype) for n, x in zip(norms, normed)), raw, entries
+
+    def apply(
+        self, stack: Array | tuple[Array, ...], *, causal: bool,
+        key: PRNGKeyArray | None = None, fused: bool = True,
+    ) -> tuple[Float[Array, "L D"], Float[Array, "L D"], tuple[Array, ...]]:
+        """``(o, q̃, entries)``: the new stack entry, the query input and the stack's entries
+        (to read the stack through from now on; see :meth:`attention_inputs`)."""
+        k_att, k_drop, k_mlp = split_or_none(key, 3)
+        (qn_LxD, kn_LxD, vn_LxD), (q_LxD, _, _), entries = self.attention_inputs(
+            stack, fused=fused)
+        a_LxD = self.attn(qn_LxD, kn_LxD, vn_LxD, causal=causal, key=k_att)
+        a_LxD = dropout(a_LxD, self.rate, k_drop).astype(q_LxD.dtype)
+        h_LxD = self.ln_h(a_LxD + q_LxD)
+        o_LxD = self.mlp(h_LxD, key=k_mlp).astype(q_LxD.dtype) + a_LxD
+        return o_LxD, q_LxD, entries
 
     def __call__(
         self, stack: Array | tuple[Array, ...], *, causal: bool,
         key: PRNGKeyArray | None = None, fused: bool = True,
     ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """Return ``(o, q̃)``: the new stack entry and the query input (for analysis)."""
-        k_att, k_drop, k_mlp = split_or_none(key, 3)
-        (qn_LxD, kn_LxD, vn_LxD), (q_LxD, _, _) = self.attention_inputs(stack, fused=fused)
-        a_LxD = self.attn(qn_LxD, kn_LxD, vn_LxD, causal=causal, key=k_att)
-        a_LxD = dropout(a_LxD, self.rate, k_drop).astype(q_LxD.dtype)
-        h_LxD = self.ln_h(a_LxD + q_LxD)
-        o_LxD = self.mlp(h_LxD, key=k_mlp).astype(q_LxD.dtype) + a_LxD
-        return o_LxD, q_LxD
+        return self.apply(stack, causal=causal, key=key, fused=fused)[:2]

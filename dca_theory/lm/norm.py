@@ -92,24 +92,28 @@ layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 def _grn_norm(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
     outs, _ = grn_forward(gate, entries, bs, ws)
     normed = tuple(layer_norm(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases))
-    return normed, outs
+    return normed, outs, entries
 
 
 def _grn_norm_fwd(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
     outs, pres = grn_forward(gate, entries, bs, ws)
     norm = [_layer_norm_fwd(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases)]
     normed, rstds = tuple(n[0] for n in norm), tuple(n[1][1] for n in norm)
-    return (normed, outs), (entries, bs, ws, pres, scales, biases, rstds)
+    return (normed, outs, entries), (entries, bs, ws, pres, scales, biases, rstds)
 
 
 def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
     entries, bs, ws, pres, scales, biases, rstds = residuals
-    d_normed, d_outs = cotangents
-    # Recompute the GRN outputs (O(S) elementwise work). The barrier ties the entries to the
-    # incoming cotangents so that XLA cannot schedule the recomputation early, in the forward
-    # pass, which would keep its results alive until here after all.
-    entries, d_normed = jax.lax.optimization_barrier((entries, d_normed))
-    outs, _ = grn_forward(gate, entries, bs, ws)
+    d_normed, d_outs, d_through = cotangents
+    # Recompute the GRN outputs (O(S) elementwise work). XLA:CPU drops optimisation barriers
+    # before common-subexpression elimination, so a plain recomputation would be merged with
+    # the forward pass's and its results kept alive until here after all (as jax.checkpoint
+    # is, on CPU). Adding 0 · (a cotangent element) makes the recomputation a different
+    # expression that depends on the cotangents: it cannot be merged or scheduled early. The
+    # value is unchanged (h + 0 = h) unless the cotangent is not finite, when the gradient is
+    # not finite anyway.
+    zero = 0.0 * d_normed[0].reshape(-1)[0].astype(entries[0].dtype)
+    outs, _ = grn_forward(gate, tuple(h + zero for h in entries), bs, ws)
     d_total, d_scales, d_biases = [], [], []
     for y, s, b, rstd, dn, dy in zip(outs, scales, biases, rstds, d_normed, d_outs):
         y32 = y.astype(stat_dtype)
@@ -119,17 +123,19 @@ def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
         d_total.append(dx + dy.astype(dx.dtype))
         d_scales.append(ds)
         d_biases.append(db)
-    d_entries, d_bs, d_ws = grn_backward(gate, entries, bs, ws, pres, tuple(d_total))
+    d_entries, d_bs, d_ws = grn_backward(gate, entries, bs, ws, pres, tuple(d_total), d_through)
     return d_entries, d_bs, d_ws, tuple(d_scales), tuple(d_biases)
 
 
 _grn_norm.defvjp(_grn_norm_fwd, _grn_norm_bwd)
 
 
-def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple]:
-    """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j)`` over a tuple of stack entries, with the lean
-    backward pass described above. ``norms`` are LayerNorm modules (``scale``, ``bias``,
-    ``eps``; one ``eps`` for all), cast to ``stat_dtype`` for the statistics."""
+def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple, tuple]:
+    """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j, G)`` over a tuple of stack entries ``G``, with the
+    lean backward pass described above. The entries come back unchanged: read the stack
+    through them afterwards (see :func:`dca_theory.residual_fused.combine_threaded`).
+    ``norms`` are LayerNorm modules (``scale``, ``bias``, ``eps``; one ``eps`` for all), cast
+    to ``stat_dtype`` for the statistics."""
     gate, bs, ws = grn_arguments(combiners, tuple(entries))
     eps = {n.eps for n in norms}
     if len(eps) != 1 or len(norms) != len(combiners):

@@ -49,7 +49,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.residual import Combiner, ResidualStack, make_combiner, stack_size
-from dca_theory.residual_fused import combine_entries
+from dca_theory.residual_fused import combine_entries, combine_threaded
 
 States = dict[str, Array]
 GRN_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
@@ -117,10 +117,19 @@ class ResidualTrunk(AbstractTrunk):
         entries = stack.entries()
         return tuple(entries[i] for i in self.cfg.grn_slots(stack.num_outputs))
 
-    def _combine(self, grn: Combiner, entries: tuple[Array, ...]) -> Float[Array, "L D"]:
-        if self.cfg.grn_impl == "fused":
-            return combine_entries((grn,), entries)[0]
-        return grn(jnp.stack(entries))
+    def _combine(self, grn: Combiner, stack: ResidualStack):
+        """``(GRN output, stack)``; fused GRNs hand back the stack to read from now on (see
+        :func:`~dca_theory.residual_fused.combine_threaded`)."""
+        window = self._window(stack)
+        if self.cfg.grn_impl != "fused":
+            return grn(jnp.stack(window)), stack
+        (y,), window = combine_threaded((grn,), window)
+        if self.cfg.grn_window is not None:  # entries outside the window are not threaded
+            entries = list(stack.entries())
+            for i, e in zip(self.cfg.grn_slots(stack.num_outputs), window):
+                entries[i] = e
+            window = entries
+        return y, stack.with_entries(window)
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
@@ -137,14 +146,15 @@ class ResidualTrunk(AbstractTrunk):
         else:
             stack = ResidualStack.start(x_LxD)
             for t, (blk, grn, k) in enumerate(zip(self.blocks, self.grns, keys)):
-                g_S = self._window(stack)
-                in_LxD = self._combine(grn, g_S)
+                if collect:
+                    states[f"stack_{t}"] = jnp.stack(self._window(stack))
+                in_LxD, stack = self._combine(grn, stack)
                 f_LxD = blk.branch(in_LxD, causal=causal, key=k)
                 stack = stack.push(f_LxD)
                 if collect:
-                    states |= {f"stack_{t}": jnp.stack(g_S), f"block_{t}_in": in_LxD,
-                               f"block_{t}_out": f_LxD, f"stream_{t}": stack.total()}
-            h_LxD = self._combine(self.grns[-1], self._window(stack))
+                    states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": f_LxD,
+                               f"stream_{t}": stack.total()}
+            h_LxD, _ = self._combine(self.grns[-1], stack)
         if collect:
             states["final"] = h_LxD
         return h_LxD, states
@@ -181,7 +191,8 @@ class DCATrunk(AbstractTrunk):
             # Fused: the entries as they are (no per-block copy); reference: stacked once,
             # serving GRN_q, GRN_k and GRN_v.
             g = stack.entries() if fused else stack.array()
-            o_LxD, q_LxD = blk(g, causal=causal, key=k, fused=fused)
+            o_LxD, q_LxD, entries = blk.apply(g, causal=causal, key=k, fused=fused)
+            stack = stack.with_entries(entries)  # threaded: see combine_threaded
             if collect:
                 states |= {f"stack_{t}": stack.array(), f"block_{t}_in": q_LxD,
                            f"block_{t}_out": o_LxD}
