@@ -7,19 +7,25 @@ sweep's FLOPs are counted analytically: per model and step, 2·B·d·r_pad for e
 matmuls of each block, ×3 for forward + backward, plus the teacher's forward pass; combiner and
 optimizer work is ignored (so the achieved figure is a slight underestimate).
 
-Usage: ``python benchmarks/toy_flops.py [--steps 200] [--json out.json]``. Prints a table and
-the JSON record.
+Usage: ``python benchmarks/toy_flops.py [--steps 200] [--dim 64 --widths 1 2 4 8 16 --pad 16]
+[--json out.json]``; the issue's d ≥ 256 point: ``--dim 256 --widths 64 128 256 --pad 256
+--batch 1024``. Prints a table and the JSON record.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import sys
 import time
+from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lm_bench_common import emit  # noqa: E402
 
 from dca_theory.nets import MLPResNet
 from dca_theory.sim import BottleneckTeacher, TrainConfig, fit_many
@@ -62,14 +68,28 @@ def sweep_flops(steps: int, *, dim=64, depth=4, widths=(1, 2, 4, 8, 16), pad=16,
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--dim", type=int, default=64, help="input/output dimension d")
+    p.add_argument("--widths", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                   help="bottleneck widths r of the sweep")
+    p.add_argument("--pad", type=int, default=16, help="every width is padded to this bucket")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
-    if args.steps < 1:
-        raise SystemExit(f"toy_flops: error: --steps must be >= 1, got {args.steps}")
+    for name in ("steps", "dim", "pad", "batch", "seeds"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"toy_flops: error: --{name} must be >= 1, got {getattr(args, name)}")
+    bad = [w for w in args.widths if not 1 <= w <= min(args.pad, args.dim)]
+    if bad:
+        raise SystemExit(f"toy_flops: error: widths {bad} must lie in [1, min(--pad, --dim)] = "
+                         f"[1, {min(args.pad, args.dim)}]")
     peak = matmul_flops()
-    sweep = sweep_flops(args.steps)
-    record = {"backend": jax.default_backend(), "matmul_flops_per_s": peak, **sweep,
-              "fraction_of_matmul": sweep["flops_per_s"] / peak}
+    sweep = sweep_flops(args.steps, dim=args.dim, widths=tuple(args.widths), pad=args.pad,
+                        seeds=args.seeds, batch=args.batch)
+    record = {"backend": jax.default_backend(), "config": vars(args).copy(),
+              "matmul_flops_per_s": peak, **sweep,
+              "fraction_of_matmul": sweep["flops_per_s"] / peak,
+              "loadavg_1_5_15": list(os.getloadavg())}
     print(f"{'quantity':32s} {'value':>14s}")
     print(f"{'matmul 1024^3 float32 [GFLOP/s]':32s} {peak / 1e9:14.2f}")
     print(f"{'sweep program [GFLOP/s]':32s} {sweep['flops_per_s'] / 1e9:14.2f}")
@@ -77,11 +97,7 @@ def main(argv=None) -> dict:
     print(f"{'models x steps':32s} {sweep['models']:>8d} x {sweep['steps']:<5d}")
     print(f"{'run time [s] (compile+run [s])':32s} {sweep['run_s']:8.2f} "
           f"({sweep['compile_plus_run_s']:.1f})")
-    print(json.dumps(record))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=2)
-    return record
+    return emit(record, args.json)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ def _assert_trees_close(a, b):
 
 
 @pytest.mark.parametrize("gate", list(GATES))
-@pytest.mark.parametrize("init", ["identity", "random"])
-@pytest.mark.parametrize("batch", [(), (6,), (3, 5)])
+@pytest.mark.parametrize("init, batch", [("random", ()), ("random", (3, 5)), ("identity", (6,))])
 def test_fused_equals_reference(gate, init, batch, getkey):
     size, dim = 4, 5
     entries = tuple(jax.random.normal(getkey(), (*batch, dim), jnp.float64) for _ in range(size))

@@ -89,8 +89,9 @@ def _loss(model, toks):
 
 
 @pytest.mark.parametrize("changes", [
-    {"residual": "dca"}, {"residual": "dca", "k": 1}, {"residual": "grn_v3"},
-    {"residual": "grn_v2", "grn_window": 2}, {"residual": "dca", "grn_gate": "relu_open"},
+    {"residual": "dca"}, {"residual": "dca", "k": 1}, {"residual": "grn_v2", "grn_window": 2},
+    pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow),
+    pytest.param({"residual": "dca", "grn_gate": "relu_open"}, marks=pytest.mark.slow),
 ], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_fused_model_equals_reference_model(changes, getkey):
     cfg = F64.replace(**changes)
