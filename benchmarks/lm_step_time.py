@@ -21,6 +21,7 @@ a few minutes at width 256 (mostly compilation).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ from lm_bench_common import (  # noqa: E402
     train_config,
 )
 
+from dca_theory.io import atomic_write_text  # noqa: E402
 from dca_theory.lm.steptime import alternated_step_times  # noqa: E402
 
 
@@ -87,6 +89,9 @@ def main(argv=None) -> dict:
               "targets_depth24": {"2-dca": 1.10, "dca": 1.30}, "results": []}
     for depth in args.depths:
         record["results"].append(time_depth(depth, args))
+        if args.json:  # partial results survive an interrupted run (atomic write)
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.json, json.dumps(record, indent=2))
     record["machine_after"] = machine()
 
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab}, "
@@ -98,8 +103,8 @@ def main(argv=None) -> dict:
         for v in args.variants:
             ratio = res.get("ratio_to_vanilla", {}).get(v, float("nan"))
             target = record["targets_depth24"].get(v)
-            print(f"{res['depth']:5d} {v:8s} {res['params'][v]:10d} {res['median_s'][v]:16.4f} "
-                  f"{ratio:7.3f} {PAPER_STEP_TIME_RATIO[v]:11.2f} "
+            print(f"{res['depth']:5d} {v:9s} {res['params'][v]:10d} {res['median_s'][v]:16.4f} "
+                  f"{ratio:7.3f} {PAPER_STEP_TIME_RATIO.get(v, float('nan')):11.2f} "
                   f"{'' if target is None else f'<={target:.2f}':>7s}")
     return emit(record, args.json)
 

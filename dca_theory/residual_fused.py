@@ -108,10 +108,10 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
                 d_ws[j] = d_ws[j] + jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))
             dh = dh + coef * dy
         d_entries.append(dh.astype(h.dtype))
-    # Materialise each entry's running cotangent here, block by block. Without the barrier
-    # XLA fuses an entry's whole accumulation (one term per later block) into one consumer
-    # at the end of the backward pass, keeping every later block's GRN cotangents alive until
-    # then: O(depth) extra memory, and one huge slow fusion per entry.
+    # Asks XLA to materialise each entry's running cotangent here, block by block, instead of
+    # fusing an entry's whole accumulation (one term per later block) into one huge consumer.
+    # XLA:CPU drops optimisation barriers before fusion, so on the CPU this has no effect and
+    # such fusions remain (paper/06_performance.md §6.4).
     d_entries = jax.lax.optimization_barrier(tuple(d_entries))
     d_bs = tuple(jnp.stack(rows) for rows in d_bs)
     d_ws = tuple(None if d is None else d.astype(w.dtype) for d, w in zip(d_ws, ws))
