@@ -4,7 +4,7 @@ Autodiff of the straightforward formula (:func:`layer_norm_reference`) keeps, pe
 centred input, the normalised input, ``2 (x - μ)`` from the square's derivative and the output:
 four ``*batch × D`` tensors. Training a transformer keeps one per LayerNorm call and per layer,
 and a DCA block has four LayerNorms where a pre-LN block has two. :func:`layer_norm` computes the
-same function with a custom VJP that keeps ``x̂ = (x - μ)/σ`` and ``1/σ``:
+same function with a custom JVP whose reverse mode keeps ``x̂ = (x - μ)/σ`` and ``1/σ``:
 
 .. math::  \bar x = \frac{1}{\sigma}\Big(\bar{\hat x} - \overline{\bar{\hat x}}
            - \hat x\, \overline{\bar{\hat x} \odot \hat x}\Big), \quad
