@@ -81,6 +81,13 @@ def emit(record: dict, json_path: str | None) -> dict:
     return record
 
 
+def save_partial(record: dict, json_path: str | None) -> None:
+    """Write the record so far (atomically) so that an interrupted run keeps its results."""
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(json_path, json.dumps(record, indent=2))
+
+
 def num_params(cfg: ModelConfig) -> int:
     model = eqx.filter_eval_shape(build_model, cfg, key=jax.random.PRNGKey(0))
     # Shape-only leaves (no allocation). Shared LayerNorm weights (DCA's LN_q = LN_k = LN_v

@@ -23,7 +23,6 @@ Runtime: compilation only, about a minute per (variant, depth) on a loaded 2-cor
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from lm_bench_common import (  # noqa: E402
     emit,
     machine,
     model_config,
+    save_partial,
     synthetic_batch,
     train_setup,
 )
@@ -110,9 +110,7 @@ def main(argv=None) -> dict:
             if not args.skip_train:
                 record["train"][key] = train_memory(cfg, args.batch)
             print(f"  {key}: compiled in {time.perf_counter() - t:.1f} s", flush=True)
-            if args.json:  # partial results survive an interrupted run
-                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.json).write_text(json.dumps(record, indent=2), encoding="utf-8")
+            save_partial(record, args.json)
 
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab} "
           f"(MiB; ratios to vanilla at the same depth)")

@@ -21,7 +21,6 @@ a few minutes at width 256 (mostly compilation).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -36,10 +35,10 @@ from lm_bench_common import (  # noqa: E402
     machine,
     model_config,
     num_params,
+    save_partial,
     train_config,
 )
 
-from dca_theory.io import atomic_write_text  # noqa: E402
 from dca_theory.lm.steptime import alternated_step_times  # noqa: E402
 
 
@@ -89,9 +88,7 @@ def main(argv=None) -> dict:
               "targets_depth24": {"2-dca": 1.10, "dca": 1.30}, "results": []}
     for depth in args.depths:
         record["results"].append(time_depth(depth, args))
-        if args.json:  # partial results survive an interrupted run (atomic write)
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(args.json, json.dumps(record, indent=2))
+        save_partial(record, args.json)
     record["machine_after"] = machine()
 
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab}, "

@@ -263,7 +263,7 @@ class DCABlock(eqx.Module):
 
         ``fused`` (the default) computes the three GRNs and their LayerNorms in one pass over
         the entries, without stacking them, with a backward pass that keeps only the entries
-        and the LayerNorm statistics (:func:`dca_theory.lm.norm.grn_layer_norm`); read the
+        and the gate pre-activations (:func:`dca_theory.lm.norm.grn_layer_norm`); read the
         stack through the returned entries afterwards. ``fused=False`` is the straightforward
         reference: three :class:`Combiner` calls on the stacked array, then the three
         LayerNorms. Same values and gradients.

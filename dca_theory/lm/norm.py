@@ -74,33 +74,11 @@ def _layer_norm_jvp(eps, stat_dtype, primals, tangents):
     return y, dy
 
 
-def _layer_norm_fwd(x, scale, bias, eps, stat_dtype):
-    """Forward pass and residuals ``(x̂, 1/σ, γ, β, dtype witness)`` for :func:`_layer_norm_bwd`
-    (used by :func:`grn_layer_norm`'s hand-written backward pass)."""
-    xhat, rstd = _normalise(x, eps, stat_dtype)
-    y = xhat * _row(scale, xhat) + _row(bias, xhat)
-    return y, (xhat, rstd, scale, bias, jnp.zeros((), x.dtype))
-
-
-def _layer_norm_bwd(eps, stat_dtype, residuals, dy):
-    """Cotangents ``(x, γ, β)`` of :func:`layer_norm` from :func:`_layer_norm_fwd`'s residuals."""
-    xhat, rstd, scale, bias, x_witness = residuals
-    dy = dy.astype(xhat.dtype)
-    batch_axes = tuple(range(xhat.ndim - 1))
-    dxhat = dy * _row(scale, dy).astype(dy.dtype)
-    mean_d = jnp.mean(dxhat, axis=-1, keepdims=True)
-    mean_dx = jnp.mean(dxhat * xhat, axis=-1, keepdims=True)
-    dx = rstd * (dxhat - mean_d - xhat * mean_dx)
-    d_scale = jnp.sum(dy * xhat, axis=batch_axes).astype(scale.dtype)
-    d_bias = jnp.sum(dy, axis=batch_axes).astype(bias.dtype)
-    return dx.astype(x_witness.dtype), d_scale, d_bias
-
-
 # --- GRNs followed by LayerNorms (a DCA block's q̃, k̃, ṽ and their LN_q, LN_k, LN_v) ---------
 #
 # The pair's backward pass keeps neither the GRN outputs nor the normalised ones: it keeps the
-# stack entries (alive anyway as layer outputs), the gate pre-activations and the LayerNorm
-# statistics, and recomputes the rest. The LayerNorm outputs themselves are kept by the
+# stack entries (alive anyway as layer outputs) and the gate pre-activations, and recomputes
+# the rest. The LayerNorm outputs themselves are kept by the
 # attention projections that read them, as in a pre-LN block.
 
 
@@ -113,13 +91,12 @@ def _grn_norm(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
 
 def _grn_norm_fwd(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
     outs, pres = grn_forward(gate, entries, bs, ws)
-    norm = [_layer_norm_fwd(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases)]
-    normed, rstds = tuple(n[0] for n in norm), tuple(n[1][1] for n in norm)
-    return (normed, outs, entries), (entries, bs, ws, pres, scales, biases, rstds)
+    normed = tuple(layer_norm(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases))
+    return (normed, outs, entries), (entries, bs, ws, pres, scales, biases)
 
 
 def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
-    entries, bs, ws, pres, scales, biases, rstds = residuals
+    entries, bs, ws, pres, scales, biases = residuals
     d_normed, d_outs, d_through = cotangents
     # Recompute the GRN outputs (O(S) elementwise work). XLA:CPU drops optimisation barriers
     # before common-subexpression elimination, so a plain recomputation would be merged with
@@ -131,11 +108,10 @@ def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
     zero = 0.0 * d_normed[0].reshape(-1)[0].astype(entries[0].dtype)
     outs, _ = grn_forward(gate, tuple(h + zero for h in entries), bs, ws)
     d_total, d_scales, d_biases = [], [], []
-    for y, s, b, rstd, dn, dy in zip(outs, scales, biases, rstds, d_normed, d_outs):
-        y32 = y.astype(stat_dtype)
-        xhat = (y32 - jnp.mean(y32, axis=-1, keepdims=True)) * rstd
-        dx, ds, db = _layer_norm_bwd(eps, stat_dtype, (xhat, rstd, s, b, jnp.zeros((), y.dtype)),
-                                     dn)
+    for y, s, b, dn, dy in zip(outs, scales, biases, d_normed, d_outs):
+        # layer_norm's own (JVP-derived) backward pass, on the recomputed GRN output.
+        _, norm_vjp = jax.vjp(lambda y, s, b: layer_norm(y, s, b, eps, stat_dtype), y, s, b)
+        dx, ds, db = norm_vjp(dn.astype(stat_dtype))
         d_total.append(dx + dy.astype(dx.dtype))
         d_scales.append(ds)
         d_biases.append(db)
