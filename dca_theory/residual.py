@@ -219,11 +219,13 @@ class ResidualStack(eqx.Module):
 
     _num_outputs: int = eqx.field(static=True, default=0)
 
-    def push(self, f: Float[Array, "*batch D"]) -> ResidualStack:
+    def push(self, f: Float[Array, "*batch D"], add=jnp.add) -> ResidualStack:
+        """The stack with ``f`` on top; ``add(middle, oldest)`` folds an output leaving the
+        k-window into the middle sum (see :func:`~dca_theory.residual_fused.separate_add`)."""
         recent, middle = self.recent + (f,), self.middle
         if self.k is not None and len(recent) > self.k:
             oldest, recent = recent[0], recent[1:]
-            middle = oldest if middle is None else middle + oldest
+            middle = oldest if middle is None else add(middle, oldest)
         return ResidualStack(
             inputs=self.inputs, middle=middle, recent=recent, k=self.k,
             _num_outputs=self._num_outputs + 1,

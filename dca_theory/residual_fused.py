@@ -50,6 +50,24 @@ def _gate_open(gate: str, pre: Array) -> Array:
     return (pre >= 0) if gate == "relu_open" else (pre > 0)
 
 
+def separate_add(a: Array, b: Array, token: Array) -> Array:
+    """``a + b``, computed by XLA as its own small computation rather than fused into its
+    consumers.
+
+    XLA:CPU fuses cheap elementwise producers into every consumer, duplicating them. Along a
+    chain that runs through the whole depth (k-DCA's running middle sum; an entry's cotangent,
+    to which every later block adds) this recomputes the chain in each consumer and builds
+    fusions of hundreds of operands (paper/06_performance.md §6.4). Optimisation barriers do
+    not stop it (XLA:CPU drops them before fusion); a conditional does. The sum is therefore
+    the branch of a ``lax.cond`` whose two branches both add, so its value is ``a + b``
+    whatever the predicate. The predicate is read from ``token``, which should be an
+    unbatched array (a parameter): under ``vmap`` a batched predicate turns the conditional
+    into a select, which is fused again (still correct, only slower).
+    """
+    pred = jnp.isfinite(jax.lax.stop_gradient(token).reshape(-1)[0])
+    return jax.lax.cond(pred, jnp.add, jnp.add, a, b)
+
+
 def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
     """``(outputs, pres)``: the GRN outputs and, per GRN-v3, the gate pre-activations
     ``w_j · h_i`` (``None`` for v1/v2)."""
@@ -93,7 +111,7 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
     d_bs = [[] for _ in bs]
     d_ws = [None if w is None else jnp.zeros_like(w) for w in ws]
     for i, h in enumerate(entries):
-        dh = d_through[i].astype(jnp.result_type(h, *d_outs))
+        dh = jnp.zeros((), jnp.result_type(h, *d_outs))
         for j, (b, w, pre, dy) in enumerate(zip(bs, ws, pres, d_outs)):
             coef = _per_feature(b[i], h)
             prod = dy * h
@@ -107,12 +125,10 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
                 dh = dh + d_pre[..., None] * _per_feature(w, h)
                 d_ws[j] = d_ws[j] + jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))
             dh = dh + coef * dy
-        d_entries.append(dh.astype(h.dtype))
-    # Asks XLA to materialise each entry's running cotangent here, block by block, instead of
-    # fusing an entry's whole accumulation (one term per later block) into one huge consumer.
-    # XLA:CPU drops optimisation barriers before fusion, so on the CPU this has no effect and
-    # such fusions remain (paper/06_performance.md §6.4).
-    d_entries = jax.lax.optimization_barrier(tuple(d_entries))
+        # The entry's running cotangent is materialised here, block by block: otherwise XLA
+        # fuses its whole accumulation (one term per later block) into each consumer.
+        d_entries.append(separate_add(d_through[i].astype(dh.dtype), dh, bs[0]).astype(h.dtype))
+    d_entries = tuple(d_entries)
     d_bs = tuple(jnp.stack(rows) for rows in d_bs)
     d_ws = tuple(None if d is None else d.astype(w.dtype) for d, w in zip(d_ws, ws))
     return d_entries, d_bs, d_ws

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from dca_theory.residual_fused import grn_arguments, grn_backward, grn_forward
+from dca_theory.residual_fused import grn_arguments, grn_backward, grn_forward, separate_add
 
 
 def _row(p: Array, x: Array) -> Array:
@@ -112,7 +112,8 @@ def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
         # layer_norm's own (JVP-derived) backward pass, on the recomputed GRN output.
         _, norm_vjp = jax.vjp(lambda y, s, b: layer_norm(y, s, b, eps, stat_dtype), y, s, b)
         dx, ds, db = norm_vjp(dn.astype(stat_dtype))
-        d_total.append(dx + dy.astype(dx.dtype))
+        # Materialised once: the backward pass of every entry reads it.
+        d_total.append(separate_add(dx, dy.astype(dx.dtype), bs[0]))
         d_scales.append(ds)
         d_biases.append(db)
     d_entries, d_bs, d_ws = grn_backward(gate, entries, bs, ws, pres, tuple(d_total), d_through)

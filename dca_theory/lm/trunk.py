@@ -40,6 +40,7 @@ kinds only); ``final`` (the trunk output).
 from __future__ import annotations
 
 import abc
+import functools
 
 import equinox as eqx
 import jax
@@ -49,7 +50,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.residual import Combiner, ResidualStack, make_combiner, stack_size
-from dca_theory.residual_fused import combine_entries, combine_threaded
+from dca_theory.residual_fused import combine_entries, combine_threaded, separate_add
 
 States = dict[str, Array]
 GRN_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
@@ -186,6 +187,8 @@ class DCATrunk(AbstractTrunk):
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
         fused = self.cfg.grn_impl == "fused"
+        # k-DCA's middle sum, one add per block, is kept out of XLA's fusions (separate_add).
+        add = functools.partial(separate_add, token=self.final.b) if fused else jnp.add
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
         for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
             # Fused: the entries as they are (no per-block copy); reference: stacked once,
@@ -196,7 +199,7 @@ class DCATrunk(AbstractTrunk):
             if collect:
                 states |= {f"stack_{t}": stack.array(), f"block_{t}_in": q_LxD,
                            f"block_{t}_out": o_LxD}
-            stack = stack.push(o_LxD)
+            stack = stack.push(o_LxD, add=add)
             if collect:
                 states[f"stream_{t}"] = stack.total()
         if fused:
