@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dca_theory.residual import GATES, make_combiner
-from dca_theory.residual_fused import combine_entries
+from dca_theory.residual import GATES, ResidualStack, make_combiner
+from dca_theory.residual_fused import combine_entries, separate_add
 
 RTOL = 1e-12
 
@@ -86,3 +86,48 @@ def test_errors(getkey):
     with pytest.raises(ValueError, match="one GRN-v3 gate"):
         combine_entries([make_combiner("grn_v3", 3, 4, gate="relu"),
                          make_combiner("grn_v3", 3, 4, gate="relu_open")], entries)
+
+
+def _compiled_text(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+@pytest.mark.parametrize("token", [jnp.ones(3), jnp.full(3, jnp.nan)])
+def test_separate_add_is_a_sum_kept_out_of_fusions(token, getkey):
+    """``a + b`` in value and gradient whatever the predicate the token gives (a NaN token
+    takes the other branch), computed inside an XLA conditional that survives compilation
+    (the fusion barrier), also under vmap with an unbatched token. Fails if JAX or XLA
+    learns to remove the conditional, which would bring back the slow fusions."""
+    a, b = (jax.random.normal(getkey(), (4, 6, 5), jnp.float64) for _ in range(2))
+    np.testing.assert_array_equal(separate_add(a, b, token), a + b)
+    ga, gb = jax.grad(lambda a, b: jnp.sum(jnp.sin(separate_add(a, b, token))), (0, 1))(a, b)
+    np.testing.assert_allclose(ga, jnp.cos(a + b), rtol=1e-14)
+    np.testing.assert_array_equal(ga, gb)
+
+    def per_row(x, y, t):  # the token is an argument, as a parameter is (a constant folds)
+        return jax.vmap(lambda x, y: separate_add(x * 2.0, y, t))(x, y)
+
+    np.testing.assert_array_equal(per_row(a, b, token), 2.0 * a + b)
+    assert "conditional(" in _compiled_text(per_row, a, b, token)
+
+
+def test_separate_add_with_batched_token_is_still_a_sum(getkey):
+    """A batched token turns the conditional into a select (no barrier), still exact."""
+    a, b, t = (jax.random.normal(getkey(), (4, 5), jnp.float64) for _ in range(3))
+    np.testing.assert_array_equal(jax.vmap(separate_add)(a, b, t), a + b)
+
+
+def test_push_folds_the_middle_with_the_given_add(getkey):
+    calls = []
+
+    def add(x, y):
+        calls.append(1)
+        return x + y
+
+    xs = [jax.random.normal(getkey(), (3,)) for _ in range(5)]
+    stack = ResidualStack.start(xs[0], k=2)
+    for x in xs[1:]:
+        stack = stack.push(x, add=add)
+    assert len(calls) == 1  # outputs 1, 2 stay recent; 3 evicts 1 (no add); 4 folds 2 in
+    np.testing.assert_allclose(stack.middle, xs[1] + xs[2])
+    assert len(stack.recent) == 2 and stack.total().shape == (3,)
