@@ -50,6 +50,24 @@ def _gate_open(gate: str, pre: Array) -> Array:
     return (pre >= 0) if gate == "relu_open" else (pre > 0)
 
 
+@jax.custom_batching.custom_vmap
+def _add_in_conditional(a: Array, b: Array, token: Array) -> Array:
+    pred = jnp.isfinite(token.reshape(-1)[0])
+    return jax.lax.cond(pred, jnp.add, jnp.add, a, b)
+
+
+@_add_in_conditional.def_vmap
+def _add_in_conditional_vmap(axis_size, in_batched, a, b, token):
+    # Under vmap the predicate stays one scalar, read from the (possibly batched) token, so the
+    # conditional is never turned into a select; only the operands carry the batch axis.
+    a_batched, b_batched, _ = in_batched
+    if a_batched != b_batched:
+        a, b = (x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+                for x, batched in ((a, a_batched), (b, b_batched)))
+    return _add_in_conditional(a, b, token), a_batched or b_batched
+
+
+@jax.custom_vjp
 def separate_add(a: Array, b: Array, token: Array) -> Array:
     """``a + b``, computed by XLA as its own small computation rather than fused into its
     consumers.
@@ -57,15 +75,30 @@ def separate_add(a: Array, b: Array, token: Array) -> Array:
     XLA:CPU fuses cheap elementwise producers into every consumer, duplicating them. Along a
     chain that runs through the whole depth (k-DCA's running middle sum; an entry's cotangent,
     to which every later block adds) this recomputes the chain in each consumer and builds
-    fusions of hundreds of operands (paper/06_performance.md §6.4). Optimisation barriers do
-    not stop it (XLA:CPU drops them before fusion); a conditional does. The sum is therefore
-    the branch of a ``lax.cond`` whose two branches both add, so its value is ``a + b``
-    whatever the predicate. The predicate is read from ``token``, which should be an
-    unbatched array (a parameter): under ``vmap`` a batched predicate turns the conditional
-    into a select, which is fused again (still correct, only slower).
+    fusions of hundreds of operands (paper/06_performance.md §6.1, §6.8). Optimisation
+    barriers do not stop it (XLA:CPU drops them before fusion); a conditional does. The sum is
+    therefore the branch of a ``lax.cond`` whose two branches both add, so its value is
+    ``a + b`` whatever the predicate. The predicate is read from ``token`` (any array that is
+    not a compile-time constant, e.g. a parameter; it gets a zero cotangent). A custom vmap
+    rule keeps the predicate a single scalar under ``vmap``, also over seeds when the token is
+    batched, since a batched predicate would turn the conditional into a select that is fused
+    again. ``a`` and ``b`` must have one shape and dtype.
     """
-    pred = jnp.isfinite(jax.lax.stop_gradient(token).reshape(-1)[0])
-    return jax.lax.cond(pred, jnp.add, jnp.add, a, b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(f"separate_add needs operands of one shape and dtype, got "
+                         f"{a.shape} {a.dtype} and {b.shape} {b.dtype}")
+    return _add_in_conditional(a, b, token)
+
+
+def _separate_add_fwd(a, b, token):
+    return separate_add(a, b, token), token
+
+
+def _separate_add_bwd(token, g):
+    return g, g, jnp.zeros_like(token)
+
+
+separate_add.defvjp(_separate_add_fwd, _separate_add_bwd)
 
 
 def _gated(ws: tuple) -> tuple[list[int], Array | None]:

@@ -111,10 +111,29 @@ def test_separate_add_is_a_sum_kept_out_of_fusions(token, getkey):
     assert "conditional(" in _compiled_text(per_row, a, b, token)
 
 
-def test_separate_add_with_batched_token_is_still_a_sum(getkey):
-    """A batched token turns the conditional into a select (no barrier), still exact."""
-    a, b, t = (jax.random.normal(getkey(), (4, 5), jnp.float64) for _ in range(3))
-    np.testing.assert_array_equal(jax.vmap(separate_add)(a, b, t), a + b)
+def test_separate_add_keeps_its_conditional_under_vmap_over_seeds(getkey):
+    """Seeds vmapped around examples: the token (a parameter) is batched over seeds, yet the
+    custom vmap rule keeps one scalar predicate, so the conditional survives; exact values and
+    gradients, also with one operand unbatched."""
+    a, b = (jax.random.normal(getkey(), (3, 4, 5), jnp.float64) for _ in range(2))
+    tokens = jax.random.normal(getkey(), (3, 2), jnp.float64)  # one per seed
+
+    def seeds(a, b, t):
+        return jax.vmap(lambda a, b, t: jax.vmap(lambda x, y: separate_add(x, y, t))(a, b))(
+            a, b, t)
+
+    np.testing.assert_array_equal(seeds(a, b, tokens), a + b)
+    assert "conditional(" in _compiled_text(seeds, a, b, tokens)
+    g = jax.grad(lambda a, b: jnp.sum(seeds(a, b, tokens) ** 2), (0, 1))(a, b)
+    np.testing.assert_allclose(g[0], 2 * (a + b), rtol=1e-14)
+    np.testing.assert_array_equal(g[0], g[1])
+    half = jax.vmap(lambda x, t: separate_add(x, b[0], t))(a, tokens)  # b unbatched
+    np.testing.assert_array_equal(half, a + b[:1])
+
+
+def test_separate_add_refuses_mixed_operands():
+    with pytest.raises(ValueError, match=r"one shape and dtype, got \(2,\) float\d+ and \(3,\)"):
+        separate_add(jnp.ones(2), jnp.ones(3), jnp.ones(1))
 
 
 def test_push_folds_the_middle_with_the_given_add(getkey):
