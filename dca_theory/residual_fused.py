@@ -113,7 +113,9 @@ def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
     v3, w_stack = _gated(ws)
     # One thin matmul per entry serves every GRN-v3: faster on XLA:CPU than a
     # multiply-and-reduce per GRN (and than a matrix-vector product, which is a naive loop).
-    pres = tuple(None if w_stack is None else h @ w_stack.T for h in entries)
+    # Full precision, so that accelerators do not round the gate inputs to TF32 / bf16 passes.
+    pres = tuple(None if w_stack is None else jnp.matmul(h, w_stack.T, precision="highest")
+                 for h in entries)
     outs = []
     for j, b in enumerate(bs):
         terms = []
