@@ -72,20 +72,18 @@ def train_setup(cfg: ModelConfig, batch: int, compute_dtype: str = "float32"):
     return train_step_setup(cfg, train_config(cfg, batch, compute_dtype))
 
 
-def emit(record: dict, json_path: str | None) -> dict:
-    """Print the record as one JSON line and, if asked, write it (atomically) to a file."""
-    print(json.dumps(record))
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(json_path, json.dumps(record, indent=2))
-    return record
-
-
 def save_partial(record: dict, json_path: str | None) -> None:
     """Write the record so far (atomically) so that an interrupted run keeps its results."""
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(json_path, json.dumps(record, indent=2))
+
+
+def emit(record: dict, json_path: str | None) -> dict:
+    """Print the record as one JSON line and, if asked, write it (atomically) to a file."""
+    print(json.dumps(record))
+    save_partial(record, json_path)
+    return record
 
 
 def num_params(cfg: ModelConfig) -> int:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lm_bench_common import emit  # noqa: E402
+from lm_bench_common import check_positive, emit  # noqa: E402
 
 from dca_theory.nets import MLPResNet
 from dca_theory.sim import BottleneckTeacher, TrainConfig, fit_many
@@ -77,8 +77,7 @@ def main(argv=None) -> dict:
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
     for name in ("steps", "dim", "pad", "batch", "seeds"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"toy_flops: error: --{name} must be >= 1, got {getattr(args, name)}")
+        check_positive(name, getattr(args, name))
     bad = [w for w in args.widths if not 1 <= w <= min(args.pad, args.dim)]
     if bad:
         raise SystemExit(f"toy_flops: error: widths {bad} must lie in [1, min(--pad, --dim)] = "

@@ -107,6 +107,13 @@ def _gated(ws: tuple) -> tuple[list[int], Array | None]:
     return v3, (jnp.stack([ws[j] for j in v3]) if v3 else None)
 
 
+def _coefficient(gate: str, b: Array, i: int, h: Array, pre: Array | None, m: int | None):
+    """Entry ``i``'s coefficient ``b_i (+ gate(w · h_i))`` in a GRN, shaped to multiply ``h``;
+    ``m`` is the GRN's column in ``pre`` (``None`` for v1/v2)."""
+    coef = _per_feature(b[i], h)
+    return coef if m is None else coef + GATES[gate](pre[..., m])[..., None]
+
+
 def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
     """``(outputs, pres)``: the GRN outputs and, per entry, the gate pre-activations
     ``w_j · h_i`` of the GRN-v3 among them, ``(*batch, n_v3)`` (``None`` without GRN-v3)."""
@@ -118,12 +125,8 @@ def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
                  for h in entries)
     outs = []
     for j, b in enumerate(bs):
-        terms = []
-        for i, h in enumerate(entries):
-            coef = _per_feature(b[i], h)
-            if j in v3:
-                coef = coef + GATES[gate](pres[i][..., v3.index(j)])[..., None]
-            terms.append(coef * h)
+        m = v3.index(j) if j in v3 else None
+        terms = [_coefficient(gate, b, i, h, pres[i], m) * h for i, h in enumerate(entries)]
         outs.append(functools.reduce(jnp.add, terms))
     return tuple(outs), pres
 
@@ -153,20 +156,19 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
     d_entries, d_bs, d_w = [], [[] for _ in bs], None
     for i, h in enumerate(entries):
         dh = jnp.zeros((), jnp.result_type(h, *d_outs))
-        rows = []
+        gate_rows = []  # <ȳ_j, h_i> per token, for each GRN-v3 j
         for j, (b, dy) in enumerate(zip(bs, d_outs)):
-            coef = _per_feature(b[i], h)
             prod = dy * h
             if b.ndim == 1:  # v1: one scalar per entry
                 d_bs[j].append(jnp.sum(prod).astype(b.dtype))
             else:
                 d_bs[j].append(jnp.sum(prod, axis=batch_axes).astype(b.dtype))
-            if j in v3:
-                coef = coef + GATES[gate](pres[i][..., v3.index(j)])[..., None]
-                rows.append(jnp.sum(prod, axis=-1))
-            dh = dh + coef * dy
+            m = v3.index(j) if j in v3 else None
+            if m is not None:
+                gate_rows.append(jnp.sum(prod, axis=-1))
+            dh = dh + _coefficient(gate, b, i, h, pres[i], m) * dy
         if v3:
-            d_pre = jnp.where(_gate_open(gate, pres[i]), jnp.stack(rows, axis=-1), 0)
+            d_pre = jnp.where(_gate_open(gate, pres[i]), jnp.stack(gate_rows, axis=-1), 0)
             for m in range(len(v3)):
                 dh = dh + d_pre[..., m, None] * _per_feature(w_stack[m], h)
             term = jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))  # (n_v3, D)

@@ -49,6 +49,10 @@ def _normalise(x, eps, stat_dtype):
     return centred * rstd, rstd
 
 
+def _scale_shift(xhat: Array, scale: Array, bias: Array) -> Array:
+    return xhat * _row(scale, xhat) + _row(bias, xhat)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def layer_norm(x: Float[Array, "*batch D"], scale: Array, bias: Array, eps: float,
                stat_dtype) -> Array:
@@ -57,8 +61,7 @@ def layer_norm(x: Float[Array, "*batch D"], scale: Array, bias: Array, eps: floa
     A custom JVP (not VJP), so forward mode (``jax.jacfwd``) works too: its tangent is linear
     in the input tangents with coefficients ``x̂``, ``1/σ`` and ``γ``, which is all that reverse
     mode then keeps."""
-    xhat, _ = _normalise(x, eps, stat_dtype)
-    return xhat * _row(scale, xhat) + _row(bias, xhat)
+    return _scale_shift(_normalise(x, eps, stat_dtype)[0], scale, bias)
 
 
 @layer_norm.defjvp
@@ -66,7 +69,7 @@ def _layer_norm_jvp(eps, stat_dtype, primals, tangents):
     x, scale, bias = primals
     dx, d_scale, d_bias = tangents
     xhat, rstd = _normalise(x, eps, stat_dtype)
-    y = xhat * _row(scale, xhat) + _row(bias, xhat)
+    y = _scale_shift(xhat, scale, bias)
     dx = dx.astype(xhat.dtype)
     dxhat = rstd * (dx - jnp.mean(dx, axis=-1, keepdims=True)
                     - xhat * jnp.mean(dx * xhat, axis=-1, keepdims=True))
