@@ -32,17 +32,20 @@ the feature axis ``D`` last. A combiner maps such a stack to ``(*batch, D)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+import abc
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-ResidualKind = Literal["base", "res", "grn_v1", "grn_v2", "grn_v3"]
-RESIDUAL_KINDS: tuple[str, ...] = ("base", "res", "grn_v1", "grn_v2", "grn_v3")
-GRN_KINDS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
+from dca_theory import grn_formula, schemes
+
+#: schemes with a stack combiner (toy nets, theory); aliases such as ``res`` are accepted too
+COMBINER_KINDS: tuple[str, ...] = schemes.names(toy=True)
+GRN_KINDS: tuple[str, ...] = schemes.names(toy=True, family="grn")
 
 
 @jax.custom_jvp
@@ -73,11 +76,10 @@ def check_gate(gate: str) -> str:
     return gate
 
 
-def check_kind(kind: str, allowed: Sequence[str] = RESIDUAL_KINDS) -> str:
-    """Return ``kind`` if it is one of ``allowed``, else raise a one-line ValueError."""
-    if kind not in allowed:
-        raise ValueError(f"unknown residual kind {kind!r}; valid kinds: {', '.join(allowed)}")
-    return kind
+def check_kind(kind: str, allowed: Sequence[str] = COMBINER_KINDS) -> str:
+    """Return ``kind`` if it (or the scheme it aliases) is one of ``allowed``, else raise a
+    one-line ValueError."""
+    return schemes.check(kind, tuple(allowed), what="residual kind")
 
 
 def check_k(k: int | None) -> int | None:
@@ -102,61 +104,142 @@ def stack_size(num_outputs: int, k: int | None) -> int:
     return k + 2
 
 
-def _broadcast_over_batch(p: Array, stack: Array) -> Array:
-    """Reshape per-slot params ``(S, ...)`` to broadcast against a stack ``(S, *batch, D)``."""
-    extra = stack.ndim - p.ndim
-    if p.ndim == 1:  # (S,) -> (S, 1, ..., 1)
-        return p.reshape(p.shape + (1,) * (stack.ndim - 1))
-    return p.reshape(p.shape[:1] + (1,) * extra + p.shape[1:])
+class AbstractCombiner(eqx.Module):
+    """One residual combination ``stack (S, *batch, D) -> (*batch, D)``.
 
-
-class Combiner(eqx.Module):
-    """One residual combination ``stack (S, *batch, D) -> (*batch, D)`` of a given kind.
-
-    ``b`` and ``w`` are ``None`` for kinds that do not use them. Build with :func:`make_combiner`.
+    Each scheme with a stack combiner is one final subclass (built by :func:`make_combiner`)
+    owning its call, its weight view (:meth:`weights`, the ``c`` of ``sum_i c_i * h_i``), its
+    use on a :class:`ResidualStack` and, through :mod:`dca_theory.schemes`, its parameter count.
     """
 
-    kind: str = eqx.field(static=True)
-    size: int = eqx.field(static=True)
-    dim: int = eqx.field(static=True)
-    b: Array | None
-    w: Array | None
-    gate: str = eqx.field(static=True, default="relu")
+    kind: ClassVar[str]  # the scheme's canonical name
+    size: eqx.AbstractVar[int]
+    dim: eqx.AbstractVar[int]
 
+    @abc.abstractmethod
     def __call__(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "*batch D"]:
+        """The combination of a stacked array."""
+
+    @abc.abstractmethod
+    def weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "S *batch D"]:
+        """The effective per-entry, per-feature weights c with ``combine(G) = sum_i c_i * h_i``."""
+
+    @abc.abstractmethod
+    def on_stack(self, stack: ResidualStack) -> Float[Array, "*batch D"]:
+        """The combination of a :class:`ResidualStack` (without stacking where possible)."""
+
+    def param_count(self) -> int:
+        return schemes.get(self.kind).combiner_params(self.size, self.dim)
+
+    def check_stack(self, stack: Array) -> None:
         if stack.shape[0] != self.size or stack.shape[-1] != self.dim:
             raise ValueError(
                 f"stack shape {stack.shape} does not match this {self.kind} combiner: "
                 f"expected ({self.size}, ..., {self.dim})"
             )
-        if self.kind == "base":
-            return stack[-1]
-        if self.kind == "res":
-            return jnp.sum(stack, axis=0)
-        weights = _broadcast_over_batch(self.b, stack)  # type: ignore[arg-type]
-        if self.kind == "grn_v3":
-            # One input-dependent scalar per stack entry (and token), shared by all D features.
-            gate = GATES[self.gate](jnp.einsum("s...d,d->s...", stack, self.w))
-            weights = weights + gate[..., None]
-        return jnp.sum(weights * stack, axis=0)
 
-    def weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "S *batch D"]:
-        """The effective per-entry, per-feature weights c with ``combine(G) = sum_i c_i * h_i``."""
-        ones = jnp.ones_like(stack)
-        if self.kind == "base":
-            return ones.at[:-1].set(0.0)
-        if self.kind == "res":
-            return ones
-        c = _broadcast_over_batch(self.b, stack) * ones  # type: ignore[arg-type]
-        if self.kind == "grn_v3":
-            c = c + GATES[self.gate](jnp.einsum("s...d,d->s...", stack, self.w))[..., None]
-        return c
+
+class NewestOnly(AbstractCombiner):
+    """``base``: the newest entry alone (a network without residual connections)."""
+
+    kind: ClassVar[str] = "base"
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, stack):
+        self.check_stack(stack)
+        return stack[-1]
+
+    def weights(self, stack):
+        return jnp.ones_like(stack).at[:-1].set(0.0)
+
+    def on_stack(self, stack):
+        return stack.newest()
+
+
+class PlainSum(AbstractCombiner):
+    """``vanilla`` (``res``): the plain residual sum of every entry."""
+
+    kind: ClassVar[str] = "vanilla"
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+
+    def __call__(self, stack):
+        self.check_stack(stack)
+        return jnp.sum(stack, axis=0)
+
+    def weights(self, stack):
+        return jnp.ones_like(stack)
+
+    def on_stack(self, stack):
+        return stack.total()  # the recursive sum: no stacked copy
+
+
+class AbstractGRN(AbstractCombiner):
+    """A GRN, ``sum_i (b_i (+ gate(w . h_i))) * h_i`` (:mod:`dca_theory.grn_formula`)."""
+
+    b: eqx.AbstractVar[Array]
+    w: eqx.AbstractVar[Array | None]
+    gate: eqx.AbstractVar[str]
+
+    def __call__(self, stack):
+        self.check_stack(stack)
+        return jnp.sum(self._coefficients(stack) * stack, axis=0)
+
+    def weights(self, stack):
+        return self._coefficients(stack) * jnp.ones_like(stack)
+
+    def on_stack(self, stack):
+        return self(stack.array())
+
+    def _coefficients(self, stack):
+        return grn_formula.coefficients(self.b, self.w, GATES[self.gate], stack)
+
+
+class GRNv1(AbstractGRN):
+    """``grn_v1``: one scalar ``b_i`` per entry, ``b`` of shape ``(S,)``."""
+
+    kind: ClassVar[str] = "grn_v1"
+    b: Float[Array, " S"]
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    w: None = None
+    gate: str = eqx.field(static=True, default="relu")  # unused: no gate
+
+
+class GRNv2(AbstractGRN):
+    """``grn_v2``: one vector ``b_i`` per entry, ``b`` of shape ``(S, D)``."""
+
+    kind: ClassVar[str] = "grn_v2"
+    b: Float[Array, "S D"]
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    w: None = None
+    gate: str = eqx.field(static=True, default="relu")  # unused: no gate
+
+
+class GRNv3(AbstractGRN):
+    """``grn_v3``: GRN-v2 plus one input-dependent scalar ``gate(w . h_i)`` per entry (and
+    token), shared by all D features; ``gate`` names the nonlinearity (:data:`GATES`)."""
+
+    kind: ClassVar[str] = "grn_v3"
+    b: Float[Array, "S D"]
+    w: Float[Array, " D"]
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    gate: str = eqx.field(static=True, default="relu")
+
+
+#: the combiner class of each scheme, by canonical name (see :mod:`dca_theory.schemes`)
+COMBINERS: dict[str, type[AbstractCombiner]] = {
+    c.kind: c for c in (NewestOnly, PlainSum, GRNv1, GRNv2, GRNv3)
+}
 
 
 def make_combiner(
     kind: str, size: int, dim: int, *, dtype=jnp.float32, init: str = "identity", key=None,
     gate: str = "relu",
-) -> Combiner:
+) -> AbstractCombiner:
     """Build a combiner over a stack of ``size`` entries of dimension ``dim``.
 
     ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
@@ -164,35 +247,26 @@ def make_combiner(
     so that tests can check code paths with non-trivial weights. ``gate`` picks the GRN-v3
     nonlinearity (see :data:`GATES` and :func:`relu_open`).
     """
-    check_kind(kind)
+    cls = COMBINERS[schemes.canonical(check_kind(kind))]
     check_gate(gate)
     if size < 1 or dim < 1:
         raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
     if init not in ("identity", "random"):
         raise ValueError(f"init must be 'identity' or 'random', got {init!r}")
-    b = w = None
-    if kind == "grn_v1":
-        b = jnp.ones((size,), dtype)
-    elif kind in ("grn_v2", "grn_v3"):
-        b = jnp.ones((size, dim), dtype)
-    if kind == "grn_v3":
-        w = jnp.zeros((dim,), dtype)
-    if init == "random" and b is not None:
+    if not issubclass(cls, AbstractGRN):
+        return cls(size=size, dim=dim)
+    b = jnp.ones((size,) if cls is GRNv1 else (size, dim), dtype)
+    w = jnp.zeros((dim,), dtype) if cls is GRNv3 else None
+    if init == "random":
         if key is None:
             raise ValueError("init='random' needs a PRNG key")
         kb, kw = jax.random.split(key)
         b = b + 0.1 * jax.random.normal(kb, b.shape, dtype)
         if w is not None:
             w = w + 0.1 * jax.random.normal(kw, w.shape, dtype)
-    return Combiner(kind=kind, size=size, dim=dim, b=b, w=w, gate=gate)
-
-
-def num_combiner_params(kind: str, size: int, dim: int) -> int:
-    """Trainable parameters of one combiner: 0, s, s*d or s*d + d."""
-    check_kind(kind)
-    return {"base": 0, "res": 0, "grn_v1": size, "grn_v2": size * dim}.get(
-        kind, size * dim + dim
-    )
+    if cls is GRNv3:
+        return GRNv3(b=b, w=w, size=size, dim=dim, gate=gate)
+    return cls(b=b, size=size, dim=dim)
 
 
 class ResidualStack(eqx.Module):
@@ -260,10 +334,6 @@ class ResidualStack(eqx.Module):
         return self.recent[-1] if self.recent else self.inputs
 
 
-def combine(combiner: Combiner, stack: ResidualStack) -> Float[Array, "*batch D"]:
-    """Apply a combiner to a stack. ``res`` avoids materialising the stacked array."""
-    if combiner.kind == "res":
-        return stack.total()
-    if combiner.kind == "base":
-        return stack.newest()
-    return combiner(stack.array())
+def combine(combiner: AbstractCombiner, stack: ResidualStack) -> Float[Array, "*batch D"]:
+    """Apply a combiner to a stack (``vanilla`` and ``base`` without stacking it)."""
+    return combiner.on_stack(stack)

@@ -10,7 +10,6 @@ from dca_theory.residual import (
     ResidualStack,
     combine,
     make_combiner,
-    num_combiner_params,
     stack_size,
 )
 
@@ -64,9 +63,8 @@ def test_k_at_least_depth_is_full_stack(getkey):
 
 
 def test_param_counts():
-    assert [num_combiner_params(k, 5, 8) for k in ("res", "grn_v1", "grn_v2", "grn_v3")] == [
-        0, 5, 40, 48,
-    ]
+    counts = [make_combiner(k, 5, 8).param_count() for k in ("res", "grn_v1", "grn_v2", "grn_v3")]
+    assert counts == [0, 5, 40, 48]
 
 
 @pytest.mark.parametrize(

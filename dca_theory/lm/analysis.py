@@ -30,7 +30,7 @@ from dca_theory.io import write_json
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import TransformerLM
 from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
-from dca_theory.residual import Combiner, stack_size
+from dca_theory.residual import AbstractCombiner, stack_size
 
 
 def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
@@ -45,7 +45,7 @@ def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
     return ["input", f"middle_0..{n_mid - 1}"] + [f"out_{j}" for j in range(n_mid, num_outputs)]
 
 
-def named_grns(model: TransformerLM) -> dict[str, tuple[Combiner, int]]:
+def named_grns(model: TransformerLM) -> dict[str, tuple[AbstractCombiner, int]]:
     """Every GRN of the model with the number of block outputs its stack holds."""
     trunk, out = model.trunk, {}
     if isinstance(trunk, DCATrunk):

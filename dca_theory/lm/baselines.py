@@ -67,7 +67,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dtype_of, split_or_none, xavier_uniform
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.trunk import AbstractTrunk, States, block_keys, extra_key
-from dca_theory.residual import Combiner, ResidualStack, make_combiner
+from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner
 
 
 def _blocks(cfg: ModelConfig, key: PRNGKeyArray) -> tuple[PreLNBlock, ...]:
@@ -79,7 +79,7 @@ class DenseFormerTrunk(AbstractTrunk):
 
     cfg: ModelConfig = eqx.field(static=True)
     blocks: tuple[PreLNBlock, ...]
-    dwa: tuple[Combiner, ...]  # dwa[i] combines [X_0, …, X_{i+1}]
+    dwa: tuple[AbstractCombiner, ...]  # dwa[i] combines [X_0, …, X_{i+1}]
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> DenseFormerTrunk:
@@ -197,7 +197,7 @@ class LaurelTrunk(AbstractTrunk):
     cfg: ModelConfig = eqx.field(static=True)
     blocks: tuple[PreLNBlock, ...]
     low_rank: tuple[LowRank, ...]
-    gammas: tuple[Combiner, ...] | None
+    gammas: tuple[AbstractCombiner, ...] | None
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> LaurelTrunk:

@@ -51,7 +51,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.norm import grn_layer_norm, layer_norm
-from dca_theory.residual import Combiner, make_combiner
+from dca_theory.residual import AbstractCombiner, make_combiner
 
 
 def dtype_of(name: str) -> jnp.dtype:
@@ -229,9 +229,9 @@ class PreLNBlock(eqx.Module):
 class DCABlock(eqx.Module):
     """DCA decoder block (Figure 4): three GRN-v3 over the stack give q̃, k̃, ṽ."""
 
-    grn_q: Combiner
-    grn_k: Combiner
-    grn_v: Combiner
+    grn_q: AbstractCombiner
+    grn_k: AbstractCombiner
+    grn_v: AbstractCombiner
     ln_q: LayerNorm
     ln_k: LayerNorm
     ln_v: LayerNorm
@@ -265,7 +265,7 @@ class DCABlock(eqx.Module):
         the entries, without stacking them, with a backward pass that keeps only the entries
         and the gate pre-activations (:func:`dca_theory.lm.norm.grn_layer_norm`); read the
         stack through the returned entries afterwards. ``fused=False`` is the straightforward
-        reference: three :class:`Combiner` calls on the stacked array, then the three
+        reference: three :class:`AbstractCombiner` calls on the stacked array, then the three
         LayerNorms. Same values and gradients.
         """
         grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)

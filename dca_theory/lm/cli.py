@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dca_theory.lm.config import LM_RESIDUALS, PRESETS, ModelConfig
+from dca_theory import schemes
+from dca_theory.lm.config import PRESETS, ModelConfig
 from dca_theory.lm.train_config import TRAIN_PRESETS, TrainConfig
 
 
@@ -71,7 +72,7 @@ def _add_train(sub) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
                    help="model + training preset: 'tiny' (CPU, minutes) or 'paper' (LM1B "
                    "6-layer model and the paper's optimiser schedule)")
-    p.add_argument("--residual", choices=LM_RESIDUALS, default=None,
+    p.add_argument("--residual", choices=schemes.names(lm=True), default=None,
                    help="residual scheme (default: vanilla)")
     p.add_argument("--k", type=int, default=None, help="k-DCA window (only with --residual "
                    "dca; default: full DCA)")

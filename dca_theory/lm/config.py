@@ -12,13 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from dca_theory import schemes
 from dca_theory.residual import check_gate
 
-LM_RESIDUALS: tuple[str, ...] = (
-    "vanilla", "grn_v1", "grn_v2", "grn_v3", "dca",
-    "denseformer", "hyper_connections", "laurel_lr", "laurel_pa",
-)
-GRN_WINDOW_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 
@@ -29,7 +25,7 @@ GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
 class ModelConfig:
     """A decoder-only transformer. Defaults follow the Flax lm1b example (the paper's baseline).
 
-    ``residual`` selects the residual scheme (see LM_RESIDUALS); ``k`` (only with "dca") keeps
+    ``residual`` selects the residual scheme (``schemes.names(lm=True)``); ``k`` (only with "dca") keeps
     the model input, the sum of the middle outputs and the last k outputs (k-DCA); ``None`` is
     the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
     ``laurel_rank`` the rank r of the LAuReL low-rank maps.
@@ -86,16 +82,17 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-        if self.residual not in LM_RESIDUALS:
-            raise ValueError(
-                f"unknown residual {self.residual!r}; valid: {', '.join(LM_RESIDUALS)}"
-            )
+        schemes.check(self.residual, schemes.names(lm=True), what="residual")
+        # One spelling from here on (an alias such as "res" becomes "vanilla").
+        object.__setattr__(self, "residual", schemes.canonical(self.residual))
         if self.k is not None:
             if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
                 raise ValueError(f"k must be None (full stack) or an integer >= 0, got {self.k!r}")
-            if self.residual != "dca":
+            if not schemes.get(self.residual).takes_k:
                 raise ValueError(
-                    f"k={self.k} is only valid with residual='dca', got residual={self.residual!r}"
+                    f"k={self.k} is only valid with residual="
+                    f"{' or '.join(map(repr, schemes.names(lm=True, takes_k=True)))}, "
+                    f"got residual={self.residual!r}"
                 )
         for name in ("param_dtype", "compute_dtype"):
             value = getattr(self, name)
@@ -113,10 +110,11 @@ class ModelConfig:
             raise ValueError(f"grn_input must be True or False, got {self.grn_input!r}")
         if self.grn_window is None and self.grn_input:
             return
-        if self.residual not in GRN_WINDOW_RESIDUALS:
+        if not schemes.get(self.residual).grn_window:
             raise ValueError(
                 f"grn_window/grn_input are only valid with residual in "
-                f"{', '.join(GRN_WINDOW_RESIDUALS)}, got residual={self.residual!r}"
+                f"{', '.join(schemes.names(lm=True, grn_window=True))}, "
+                f"got residual={self.residual!r}"
             )
         if self.grn_window is None:  # grn_input=False alone would be the full stack again
             raise ValueError("grn_input=False needs grn_window (an integer >= 1), got None")

@@ -48,8 +48,9 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-from dca_theory.lm.config import LM_RESIDUALS, PRESETS, ModelConfig
-from dca_theory.residual import num_combiner_params, stack_size
+from dca_theory import schemes
+from dca_theory.lm.config import PRESETS, ModelConfig
+from dca_theory.residual import stack_size
 
 # Totals the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions.
 PAPER_REPORTED_M: dict[str, float] = {
@@ -82,11 +83,13 @@ def overhead(cfg: ModelConfig) -> int:
     d, t, kind = cfg.d_model, cfg.n_layers, cfg.residual
     if kind == "vanilla":
         return 0
-    if kind in ("grn_v1", "grn_v2", "grn_v3"):
-        return sum(num_combiner_params(kind, len(cfg.grn_slots(i)), d) for i in range(t + 1))
+    if schemes.get(kind).family == "grn":
+        sizes = [len(cfg.grn_slots(i)) for i in range(t + 1)]
+        return schemes.network_combiner_params(kind, t, d, stack_sizes=sizes)
     if kind == "dca":
-        grns = sum(3 * num_combiner_params("grn_v3", stack_size(i, cfg.k), d) for i in range(t))
-        final = num_combiner_params("grn_v3", stack_size(t, cfg.k), d)
+        grn_v3 = schemes.get("grn_v3")
+        grns = sum(3 * grn_v3.combiner_params(stack_size(i, cfg.k), d) for i in range(t))
+        final = grn_v3.combiner_params(stack_size(t, cfg.k), d)
         return grns + final + t * 2 * 2 * d
     if kind == "denseformer":
         return sum(i + 1 for i in range(1, t + 1))
@@ -97,7 +100,7 @@ def overhead(cfg: ModelConfig) -> int:
         return t * 2 * d * cfg.laurel_rank
     if kind == "laurel_pa":
         return t * 2 * d * cfg.laurel_rank + sum(range(1, t + 1))
-    raise ValueError(f"unknown residual {kind!r}; valid: {', '.join(LM_RESIDUALS)}")
+    raise ValueError(f"no closed-form count for residual {kind!r}; add one in lm/params.py")
 
 
 def num_params(cfg: ModelConfig) -> int:
@@ -113,9 +116,10 @@ def _is_paper_size(cfg: ModelConfig) -> bool:
 def info_rows(cfg: ModelConfig) -> list[dict]:
     """One row per residual kind (and k-DCA when ``cfg.k`` is set) at ``cfg``'s sizes."""
     base = cfg.replace(residual="vanilla", k=None)
-    variants = [base.replace(residual=kind) for kind in LM_RESIDUALS]
+    lm_schemes = schemes.names(lm=True)
+    variants = [base.replace(residual=kind) for kind in lm_schemes]
     if cfg.k is not None:
-        variants.insert(LM_RESIDUALS.index("dca") + 1, base.replace(residual="dca", k=cfg.k))
+        variants.insert(lm_schemes.index("dca") + 1, base.replace(residual="dca", k=cfg.k))
     vanilla = num_params(base)
     rows = []
     for v in variants:

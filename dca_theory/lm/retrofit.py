@@ -24,14 +24,24 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
+from dca_theory import schemes
 from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import TransformerLM, build_model
-from dca_theory.lm.trunk import GRN_RESIDUALS, DCATrunk
+from dca_theory.lm.trunk import DCATrunk
 
-RETROFIT_TARGETS: tuple[str, ...] = ("vanilla", *GRN_RESIDUALS, "dca")
 # Fields that fix parameter shapes: source and target must agree on them.
 ARCH_FIELDS: tuple[str, ...] = ("vocab_size", "d_model", "n_heads", "d_mlp", "n_layers")
+
+
+def check_retrofit_target(residual: str) -> str:
+    """``residual`` if a vanilla model converts exactly into it (``Scheme.retrofit``), else a
+    one-line ValueError naming the valid targets."""
+    targets = schemes.names(lm=True, retrofit=True)
+    if schemes.known(residual) and schemes.canonical(residual) in targets:
+        return residual
+    raise ValueError(f"cannot retrofit into residual={residual!r}; valid targets: "
+                     f"{', '.join(targets)}")
 
 
 def transplant(src, tgt):
@@ -54,9 +64,7 @@ def _check(source: TransformerLM, target: ModelConfig) -> None:
         raise ValueError(
             f"retrofit needs a vanilla source model, got residual={source.cfg.residual!r}"
         )
-    if target.residual not in RETROFIT_TARGETS:
-        raise ValueError(f"cannot retrofit into residual={target.residual!r}; valid targets: "
-                         f"{', '.join(RETROFIT_TARGETS)}")
+    check_retrofit_target(target.residual)
     if target.grn_window is not None:  # a window drops stack entries: not the plain sum
         raise ValueError(f"cannot retrofit into grn_window={target.grn_window}: a windowed GRN "
                          "does not equal the residual sum at init; valid: grn_window=None")

@@ -48,12 +48,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
+from dca_theory import schemes
 from dca_theory.lm.config import ModelConfig
-from dca_theory.residual import Combiner, ResidualStack, make_combiner, stack_size
+from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
 from dca_theory.residual_fused import combine_entries, combine_threaded, separate_add
 
 States = dict[str, Array]
-GRN_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
 
 
 def block_keys(cfg: ModelConfig, key: PRNGKeyArray) -> Array:
@@ -96,13 +96,13 @@ class ResidualTrunk(AbstractTrunk):
 
     cfg: ModelConfig = eqx.field(static=True)
     blocks: tuple[PreLNBlock, ...]
-    grns: tuple[Combiner, ...] | None  # one per block, then the final one (GRN kinds only)
+    grns: tuple[AbstractCombiner, ...] | None  # one per block, then the final one (GRN kinds)
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> ResidualTrunk:
         blocks = tuple(PreLNBlock.init(cfg, key=k) for k in block_keys(cfg, key))
         grns = None
-        if cfg.residual in GRN_RESIDUALS:
+        if schemes.get(cfg.residual).family == "grn":
             dtype = dtype_of(cfg.param_dtype)
             grns = tuple(
                 make_combiner(cfg.residual, len(cfg.grn_slots(t)), cfg.d_model, dtype=dtype,
@@ -118,7 +118,7 @@ class ResidualTrunk(AbstractTrunk):
         entries = stack.entries()
         return tuple(entries[i] for i in self.cfg.grn_slots(stack.num_outputs))
 
-    def _combine(self, grn: Combiner, stack: ResidualStack):
+    def _combine(self, grn: AbstractCombiner, stack: ResidualStack):
         """``(GRN output, stack)``; fused GRNs hand back the stack to read from now on (see
         :func:`~dca_theory.residual_fused.combine_threaded`)."""
         window = self._window(stack)
@@ -166,7 +166,7 @@ class DCATrunk(AbstractTrunk):
 
     cfg: ModelConfig = eqx.field(static=True)
     blocks: tuple[DCABlock, ...]
-    final: Combiner
+    final: AbstractCombiner
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> DCATrunk:
@@ -213,7 +213,7 @@ class DCATrunk(AbstractTrunk):
 
 def Trunk(cfg: ModelConfig, *, key: PRNGKeyArray) -> AbstractTrunk:  # noqa: N802 (a constructor)
     """Build the trunk for ``cfg.residual`` (see the module docstring)."""
-    if cfg.residual == "vanilla" or cfg.residual in GRN_RESIDUALS:
+    if schemes.get(cfg.residual).family in ("plain", "grn"):
         return ResidualTrunk.init(cfg, key=key)
     if cfg.residual == "dca":
         return DCATrunk.init(cfg, key=key)

@@ -22,14 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from dca_theory import schemes
 from dca_theory.residual import (
-    Combiner,
+    AbstractCombiner,
+    NewestOnly,
+    PlainSum,
     ResidualStack,
     check_k,
     check_kind,
     combine,
     make_combiner,
-    num_combiner_params,
     stack_size,
 )
 
@@ -78,7 +80,7 @@ def rank_mask(ranks: Array, width: int) -> Bool[Array, "T r"]:
 
 def make_combiners(
     kind: str, depth: int, dim: int, k: int | None, dtype, init: str = "identity", key=None
-) -> tuple[Combiner, ...]:
+) -> tuple[AbstractCombiner, ...]:
     """The ``T + 1`` combiners: one in front of every layer and one for the output."""
     check_kind(kind)
     check_k(k)
@@ -90,11 +92,13 @@ def make_combiners(
 
 
 def combiner_params(kind: str, depth: int, dim: int, k: int | None) -> int:
-    return sum(num_combiner_params(kind, stack_size(t, k), dim) for t in range(depth + 1))
+    """Parameters of the ``depth + 1`` combiners (see :func:`schemes.network_combiner_params`)."""
+    sizes = [stack_size(t, k) for t in range(depth + 1)]
+    return schemes.network_combiner_params(kind, depth, dim, stack_sizes=sizes)
 
 
 def residual_forward(
-    combiners: Sequence[Combiner],
+    combiners: Sequence[AbstractCombiner],
     k: int | None,
     x: Float[Array, " d"],
     layer: Callable[[int, Array], Array],
@@ -122,15 +126,16 @@ def residual_forward(
     }
 
 
-def skip_term(combiner: Combiner, x: Float[Array, " d"], size: int) -> Float[Array, " d"]:
+def skip_term(combiner: AbstractCombiner, x: Float[Array, " d"], size: int
+              ) -> Float[Array, " d"]:
     """The output combiner's contribution from the model-input slot alone, ``c_0(x) ⊙ x``.
 
     Every other slot is a sum of layer outputs whose Jacobians have rank <= r_t, so the
     Jacobian of the model minus the Jacobian of this term has rank <= r_* (Prop. 4.5).
     """
-    if combiner.kind == "base":
+    if isinstance(combiner, NewestOnly):
         return jnp.zeros_like(x)
-    if combiner.kind == "res":
+    if isinstance(combiner, PlainSum):
         return x
     stack = jnp.zeros((size, x.shape[0]), x.dtype).at[0].set(x)
     # Zero entries add nothing to any combiner (b*0 = 0 and ReLU(w.0)*0 = 0).

@@ -24,7 +24,7 @@ from dca_theory.nets._common import (
     rank_array,
     rank_mask,
 )
-from dca_theory.residual import Combiner, check_k, check_kind
+from dca_theory.residual import AbstractCombiner, check_k, check_kind
 
 
 class DeepLinear(ResidualNet):
@@ -45,7 +45,7 @@ class DeepLinear(ResidualNet):
     P: Float[Array, "T d r"]
     Q: Float[Array, "T d r"]
     mask: Bool[Array, "T r"]
-    combiners: tuple[Combiner, ...]
+    combiners: tuple[AbstractCombiner, ...]
     kind: str = eqx.field(static=True)
     k: int | None = eqx.field(static=True)
 

@@ -22,7 +22,7 @@ from dca_theory.nets._common import (
     rank_array,
     rank_mask,
 )
-from dca_theory.residual import Combiner, check_k, check_kind
+from dca_theory.residual import AbstractCombiner, check_k, check_kind
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "tanh": jnp.tanh}
 
@@ -48,7 +48,7 @@ class MLPResNet(ResidualNet):
     U: Float[Array, "T r d"]
     V: Float[Array, "T d r"]
     mask: Bool[Array, "T r"]
-    combiners: tuple[Combiner, ...]
+    combiners: tuple[AbstractCombiner, ...]
     kind: str = eqx.field(static=True)
     k: int | None = eqx.field(static=True)
     activation: str = eqx.field(static=True)

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-GRN_KINDS = ("grn_v1", "grn_v2", "grn_v3")
-ALL_KINDS = ("base", "res", *GRN_KINDS)
+from dca_theory import schemes
+
+# Section 4 calls the plain residual sum "res" (ResNet); the registry's canonical name is
+# "vanilla", with "res" as its alias. The theory keeps the paper's spelling.
+_THEORY_SPELLING = {"vanilla": "res"}
+GRN_KINDS = schemes.names(toy=True, family="grn")
+ALL_KINDS = tuple(_THEORY_SPELLING.get(n, n) for n in schemes.names(toy=True))
 CONSTANTS = ("corrected", "paper")
 LEMMAS = ("paper", "tight")
 
@@ -22,9 +27,11 @@ def _short(value) -> str:
 
 
 def check_kind(kind, allowed=ALL_KINDS) -> str:
-    if kind not in allowed:
+    """``kind`` in the theory's spelling (an alias such as ``vanilla`` becomes ``res``)."""
+    if not (schemes.known(kind) and
+            _THEORY_SPELLING.get(schemes.canonical(kind), schemes.canonical(kind)) in allowed):
         raise ValueError(f"kind={kind!r} is not supported here; valid: {', '.join(allowed)}")
-    return kind
+    return _THEORY_SPELLING.get(schemes.canonical(kind), schemes.canonical(kind))
 
 
 def check_choice(name: str, value, allowed) -> str:

@@ -38,7 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("base", "res", "grn_v1", "grn_v2", "grn_v3")
+from dca_theory import grn_formula
+from dca_theory.theory._validate import ALL_KINDS
+
+KINDS = ALL_KINDS  # the schemes with a stack combiner, in the theory's spelling
 
 
 @dataclass(frozen=True)
@@ -60,17 +63,19 @@ class LinearNet:
         return self.V[0].shape[0]
 
 
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0)
+
+
 def _combine(kind: str, b, w, stack: list[np.ndarray]) -> np.ndarray:
-    """numpy mirror of :class:`dca_theory.residual.Combiner` on rows ``(n, d)``."""
+    """numpy mirror of the combiners of :mod:`dca_theory.residual` on rows ``(n, d)``; GRNs
+    evaluate the one formula of :mod:`dca_theory.grn_formula`."""
     if kind == "base":
         return stack[-1]
     if kind == "res":
         return sum(stack[1:], stack[0])
-    if kind == "grn_v1":
-        return sum(bi * h for bi, h in zip(b, stack))
-    if kind == "grn_v2":
-        return sum(bi[None, :] * h for bi, h in zip(b, stack))
-    return sum((bi[None, :] + np.maximum(h @ w, 0.0)[:, None]) * h for bi, h in zip(b, stack))
+    return grn_formula.combine(np.asarray(b), w if kind == "grn_v3" else None, _relu,
+                               np.stack(stack))
 
 
 def forward(net: LinearNet, X: np.ndarray) -> np.ndarray:

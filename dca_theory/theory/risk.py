@@ -81,7 +81,7 @@ def nu_tilde_max(A, r_star) -> float:
 
 def excess_risk_bound(kind: str, A, r_star, *, constant: str = "corrected") -> float:
     """Theorem 4.2's upper bound on ER*(C_kind) (exact ``||Delta||_F^2`` for "res")."""
-    V.check_kind(kind, ("res", *V.GRN_KINDS))
+    kind = V.check_kind(kind, ("res", *V.GRN_KINDS))
     V.check_choice("constant", constant, V.CONSTANTS)
     dec = delta_decomposition(A, r_star)
     d, m = dec.delta.shape[0], dec.u_perp.shape[1]
@@ -106,7 +106,7 @@ def excess_risk(kind: str, A, r_star, *, return_info: bool = False):
     the value is the exact optimum (base, res, grn_v1) or the best value found by a numerical
     search, i.e. an upper bound (grn_v2, grn_v3), and ``info["method"]`` says how.
     """
-    V.check_kind(kind)
+    kind = V.check_kind(kind)
     A, r = _prepare(A, r_star)
     # Many small SVDs: multi-threaded BLAS is 10x slower here on a loaded machine.
     with threadpool_limits(limits=1, user_api="blas"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dca_theory import schemes
 from dca_theory.theory import _validate as V
 
 _LEMMA_HELP = "paper | tight | integer"
@@ -73,7 +74,7 @@ def param_count(kind: str, d, r_star, T):
     """Parameters of each architecture (paper §4.2, Lemma C.1): base/res ``2 d r_*``, GRN-v1
     ``+ T(T-1)/2``, GRN-v2 ``+ d T(T-1)/2``, GRN-v3 ``+ d T(T-1)/2 + d T``. Integers,
     vectorised over ``r_star`` and ``T``."""
-    V.check_kind(kind)
+    kind = V.check_kind(kind)
     d = V.check_dim("d", d)
     r = V.check_rank(r_star, d)
     T = V.check_int_at_least("T", T, 1)
@@ -82,9 +83,7 @@ def param_count(kind: str, d, r_star, T):
 
 
 def _overhead(kind: str, d: int, T):
-    pairs = T * (T - 1) // 2
-    return {"base": 0 * T, "res": 0 * T, "grn_v1": pairs, "grn_v2": d * pairs,
-            "grn_v3": d * pairs + d * T}[kind]
+    return schemes.network_combiner_params(kind, T, d, convention="paper")
 
 
 def matched_rank(kind: str, d, r_star, T, *, integer: bool = True):
@@ -96,11 +95,11 @@ def matched_rank(kind: str, d, r_star, T, *, integer: bool = True):
     spends the budget exactly (Lemma C.1's relaxation). Returns ``None`` when no ``r' >= T``
     fits (each of the T layers needs rank >= 1).
     """
-    V.check_kind(kind)
+    kind = V.check_kind(kind)
     d = V.check_dim("d", d)
     r = int(V.check_rank(r_star, d))
     T = int(V.check_int_at_least("T", T, 1))
-    if kind in ("base", "res"):
+    if schemes.get(kind).family == "plain":
         return (r if integer else float(r)) if r >= T else None
     spare = 2 * d * r - int(_overhead(kind, d, np.int64(T)))
     if spare < 0:
@@ -143,7 +142,7 @@ def rank_loss_bound(kind: str, d, r_star, *, lemma: str = "paper"):
     ``param_count <= 2 d r_star``, computed, not a closed form; it is <= ceil of the tight bound).
     Vectorised over ``r_star`` (real values allowed except for "integer"; 0 <= r_star <= d).
     """
-    V.check_kind(kind, V.GRN_KINDS)
+    kind = V.check_kind(kind, V.GRN_KINDS)
     V.check_choice("lemma", lemma, V.LEMMAS + ("integer",))
     d = V.check_dim("d", d)
     if lemma == "integer":
@@ -194,7 +193,7 @@ def threshold(kind: str, kappa, d, *, constant: str = "corrected", lemma: str = 
     the sufficient condition fails. A value <= 0 means no :math:`r_*` is covered.
     Vectorised over ``kappa``.
     """
-    V.check_kind(kind, V.GRN_KINDS)
+    kind = V.check_kind(kind, V.GRN_KINDS)
     V.check_choice("lemma", lemma, V.LEMMAS + ("integer",))
     d = V.check_dim("d", d)
     k = _gain_factor(kind, V.check_kappa(kappa), d, constant)
@@ -222,7 +221,7 @@ def _integer_threshold(kind: str, k, d: int):
 
 def sufficient_condition(kind: str, r_star, r_prime, d, kappa, *, constant: str = "corrected"):
     """(C.2) / (C.6) / (C.10): ``r_star - r' < (d - r') k^2`` with k = kappa (v1, v2) or eta."""
-    V.check_kind(kind, V.GRN_KINDS)
+    kind = V.check_kind(kind, V.GRN_KINDS)
     d = V.check_dim("d", d)
     k = _gain_factor(kind, V.check_kappa(kappa), d, constant)
     r, rp = np.asarray(r_star, dtype=float), np.asarray(r_prime, dtype=float)
@@ -237,7 +236,7 @@ def rank_savings(kind: str, r_star, d, kappa, *, constant: str = "corrected", cl
     With ``clip`` (default) negative values, meaning any rank >= 0 suffices, are returned as 0;
     at kappa = 1 (so eta = 1) every rank suffices and 0 is returned.
     """
-    V.check_kind(kind, V.GRN_KINDS)
+    kind = V.check_kind(kind, V.GRN_KINDS)
     d = V.check_dim("d", d)
     r = V.check_rank(r_star, d, integer=False)
     k2 = _gain_factor(kind, V.check_kappa(kappa), d, constant) ** 2
@@ -259,7 +258,7 @@ def gain_lower_bound(kind: str, d, r_star, lam_min, lam_max, *, constant: str = 
     :math:`c' = c` if :math:`\kappa \ge c/(d-r_*+c)`, else 0. Vectorised over ``r_star``,
     ``lam_min``, ``lam_max``; ``r_star = d`` is admitted (Figure 5's endpoint).
     """
-    V.check_kind(kind, V.GRN_KINDS)
+    kind = V.check_kind(kind, V.GRN_KINDS)
     d = V.check_dim("d", d)
     r = V.check_rank(r_star, d, integer=False, allow_d=True)
     lo, hi = V.check_eigen_range(lam_min, lam_max)

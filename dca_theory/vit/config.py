@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dca_theory.lm.config import LM_RESIDUALS, ModelConfig
+from dca_theory import schemes
+from dca_theory.lm.config import ModelConfig
 
 POSITIONS: tuple[str, ...] = ("learned", "sincos2d")
 POOLINGS: tuple[str, ...] = ("cls", "gap")
@@ -27,7 +28,7 @@ POOLINGS: tuple[str, ...] = ("cls", "gap")
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """A ViT classifier. ``residual`` and ``k`` have the LM's meaning (see ``LM_RESIDUALS``);
+    """A ViT classifier. ``residual`` and ``k`` have the LM's meaning (``schemes.names(lm=True)``);
     ``param_dtype`` is the dtype of every parameter and of the computation."""
 
     image_size: int = 224
@@ -55,9 +56,8 @@ class ViTConfig:
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size {self.image_size} is not a multiple of patch_size "
                              f"{self.patch_size}")
-        if self.residual not in LM_RESIDUALS:
-            raise ValueError(f"unknown residual {self.residual!r}; valid: "
-                             f"{', '.join(LM_RESIDUALS)}")
+        schemes.check(self.residual, schemes.names(lm=True), what="residual")
+        object.__setattr__(self, "residual", schemes.canonical(self.residual))
         self.trunk_config()  # the trunk's own checks: heads divide d_model, k only with dca, ...
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, "

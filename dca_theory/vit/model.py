@@ -33,11 +33,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
-from dca_theory.lm.retrofit import transplant
-from dca_theory.lm.trunk import GRN_RESIDUALS, AbstractTrunk, DCATrunk, States, Trunk
+from dca_theory import schemes
+from dca_theory.lm.retrofit import check_retrofit_target, transplant
+from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, States, Trunk
 from dca_theory.vit.config import ViTConfig
 
-RETROFIT_TARGETS: tuple[str, ...] = ("vanilla", *GRN_RESIDUALS, "dca")
 
 
 def patchify(image_HxWxC: Float[Array, "H W C"], patch_size: int) -> Float[Array, "N P"]:
@@ -139,9 +139,7 @@ def retrofit(source: ViT, residual: str, k: int | None = None) -> ViT:
     if source.cfg.residual != "vanilla":
         raise ValueError(f"retrofit needs a vanilla source ViT, got residual="
                          f"{source.cfg.residual!r}")
-    if residual not in RETROFIT_TARGETS:
-        raise ValueError(f"cannot retrofit into residual={residual!r}; valid targets: "
-                         f"{', '.join(RETROFIT_TARGETS)}")
+    residual = schemes.canonical(check_retrofit_target(residual))
     cfg = source.cfg.replace(residual=residual, k=k)
     fresh = ViT(cfg, key=jax.random.PRNGKey(0))  # shapes and identity GRNs
     blocks = source.trunk.blocks

@@ -3,7 +3,10 @@
 import jax
 import pytest
 
-from dca_theory.lm.config import LM_RESIDUALS, PRESETS
+from dca_theory import schemes
+from dca_theory.lm.config import PRESETS
+
+LM_RESIDUALS = schemes.names(lm=True)
 from dca_theory.lm.model import build_model
 from dca_theory.lm.params import (
     PAPER_REPORTED_M,

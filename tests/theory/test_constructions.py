@@ -81,7 +81,9 @@ def test_random_nets_lie_in_the_class(kind):
 def test_numpy_forward_matches_shared_jax_operator(kind):
     import jax.numpy as jnp
 
-    from dca_theory.residual import Combiner, ResidualStack, combine, make_combiner
+    import equinox as eqx
+
+    from dca_theory.residual import ResidualStack, combine, make_combiner
 
     rng = np.random.default_rng(3)
     d, ranks = 7, [1, 2]
@@ -92,8 +94,11 @@ def test_numpy_forward_matches_shared_jax_operator(kind):
     def comb(t):
         if net.b[t] is None:
             return make_combiner(kind, t + 1, d, dtype=jnp.float64)
-        w = None if net.w[t] is None else jnp.asarray(net.w[t])
-        return Combiner(kind=kind, size=t + 1, dim=d, b=jnp.asarray(net.b[t]), w=w)
+        comb = make_combiner(kind, t + 1, d, dtype=jnp.float64)
+        comb = eqx.tree_at(lambda c: c.b, comb, jnp.asarray(net.b[t]))
+        if net.w[t] is None:
+            return comb
+        return eqx.tree_at(lambda c: c.w, comb, jnp.asarray(net.w[t]))
 
     stack = ResidualStack.start(jnp.asarray(X))
     for t in range(net.depth):

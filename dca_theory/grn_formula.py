@@ -1,0 +1,48 @@
+r"""The GRN formula, written once for numpy and JAX arrays alike.
+
+A GRN combines the stack entries :math:`h_i` with per-entry coefficients
+
+.. math::  y = \sum_i c_i \odot h_i ,\qquad c_i = b_i\ (+\ \mathrm{gate}(w^\top h_i)),
+
+``b_i`` a scalar (GRN-v1) or a ``D``-vector (GRN-v2/v3), the gate term GRN-v3's only. The
+functions below use only array methods and operators (``reshape``, ``@``, ``*``, ``sum``), so the
+JAX combiners (:mod:`dca_theory.residual`), the fast LM path (:mod:`dca_theory.lm.fast_path`)
+and the theory's numpy mirror (:mod:`dca_theory.theory.constructions`) all evaluate this one
+definition; the caller supplies the gate function (JAX's ReLU with its derivative convention,
+or numpy's ``maximum``).
+"""
+
+from __future__ import annotations
+
+
+def per_feature(row, like):
+    """``row`` (a scalar ``()`` or a ``(D,)`` vector) reshaped to broadcast against ``like``
+    ``(*batch, D)`` explicitly (the tests forbid implicit rank promotion)."""
+    return row.reshape((1,) * (like.ndim - row.ndim) + row.shape)
+
+
+def per_entry(params, stack):
+    """Per-entry parameters ``(S,)`` or ``(S, D)`` shaped to broadcast against a stack
+    ``(S, *batch, D)``."""
+    if params.ndim == 1:
+        return params.reshape(params.shape + (1,) * (stack.ndim - 1))
+    return params.reshape(params.shape[:1] + (1,) * (stack.ndim - params.ndim) + params.shape[1:])
+
+
+def coefficient(b_i, h, gate_input=None, gate=None):
+    """Entry ``i``'s coefficient ``b_i (+ gate(w · h_i))`` shaped to multiply ``h`` ``(*batch,
+    D)``; ``gate_input`` is ``w · h_i`` (``(*batch,)``), ``None`` for GRN-v1/v2."""
+    c = per_feature(b_i, h)
+    return c if gate_input is None else c + gate(gate_input)[..., None]
+
+
+def coefficients(b, w, gate, stack):
+    """All coefficients ``c`` of a stack ``(S, *batch, D)`` at once (``w=None``: v1/v2), so that
+    the GRN output is ``(c * stack).sum(0)``. Shape: ``b``'s broadcast against the stack."""
+    c = per_entry(b, stack)
+    return c if w is None else c + gate(stack @ w)[..., None]
+
+
+def combine(b, w, gate, stack):
+    """The GRN output ``sum_i c_i ⊙ h_i`` over a stack ``(S, *batch, D)``."""
+    return (coefficients(b, w, gate, stack) * stack).sum(0)

@@ -1,0 +1,190 @@
+r"""Every residual scheme, named once: what it is, where it runs, how figures draw it.
+
+A *scheme* is a way of forming each layer's input from the outputs of earlier layers (paper §3).
+This module is the one table of them. Every other module asks it (``get``, ``names``) instead
+of keeping its own tuple of names, and every figure takes its label and colour from it. It is
+plain Python (no numpy, no jax), so the closed-form theory can import it without training code.
+
+=====================  ========  ===================================================  =========
+scheme (aliases)       family    layer input                                          where
+=====================  ========  ===================================================  =========
+``base``               plain     newest output only (no residual connection)          toy
+``vanilla`` (``res``)  plain     sum of the stack (ResNet / pre-LN transformer)       toy, LM
+``grn_v1``             grn       :math:`\sum_i b_i h_i`                                toy, LM
+``grn_v2``             grn       :math:`\sum_i b_i \odot h_i`                          toy, LM
+``grn_v3``             grn       :math:`\sum_i (b_i + \mathrm{gate}(w^\top h_i)) \odot h_i`  toy, LM
+``dca``                dca       three GRN-v3 per block for q, k, v (§3.2); k-DCA     LM
+``denseformer``        baseline  depth-weighted average (Pagliardini et al. 2024)     LM
+``hyper_connections``  baseline  n residual streams mixed per block (Zhu et al.)     LM
+``laurel_lr``          baseline  LAuReL low-rank (Menghani et al. 2024)              LM
+``laurel_pa``          baseline  LAuReL previous-activations                         LM
+=====================  ========  ===================================================  =========
+
+"toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) and are what the
+theory (§4) talks about; "LM" schemes are ``ModelConfig.residual`` kinds, also used by the ViT.
+
+**Adding a GRN-like scheme** takes three places (CONTRIBUTING.md walks through one): a row in
+:data:`SCHEMES` below, its combiner class in :mod:`dca_theory.residual`, and its coefficient in
+the numpy mirror :func:`dca_theory.grn_formula.combine` if the theory should simulate it.
+
+**Parameter counts.** :meth:`Scheme.combiner_params` is the one count of a combiner's
+parameters, used by the combiner classes, the toy nets, the LM and the theory. Over a depth-T
+network the nets hold T + 1 combiners of stack sizes 1, ..., T + 1 (one in front of every layer
+and one for the output). The paper's §4.2 count (Lemma C.1) keeps only the weights between
+layers: T(T−1)/2 pairs, plus one gate vector per layer for GRN-v3.
+:func:`network_combiner_params` gives both (``convention="nets"`` / ``"paper"``); they differ
+by the input-slot weights (T + 1 of them), the output combiner's T layer slots and, for
+GRN-v3, the output combiner's gate vector: ``(2T + 1)·p + d`` with ``p`` the parameters per
+entry (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAMILIES: tuple[str, ...] = ("plain", "grn", "dca", "baseline")
+# How many parameters a combiner stores per stack entry: none, one scalar, or one d-vector.
+PER_ENTRY: tuple[str, ...] = ("none", "scalar", "vector")
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One residual scheme. ``name`` is canonical; ``aliases`` are accepted everywhere."""
+
+    name: str
+    family: str
+    label: str  # legends, tables, axis ticks
+    color: str  # matplotlib colour; one per scheme across every figure
+    summary: str  # one line for listings (``dca-theory lm info``, CONTRIBUTING.md)
+    aliases: tuple[str, ...] = ()
+    toy: bool = False  # has a stack combiner: toy nets and the theory's linear model
+    lm: bool = False  # a ``ModelConfig.residual`` kind (LM and ViT)
+    takes_k: bool = False  # a k-truncated stack (k-DCA) applies
+    grn_window: bool = False  # Table 9's restricted GRN stacks apply
+    retrofit: bool = False  # a vanilla model converts exactly into this scheme at init
+    per_entry: str = "none"  # combiner parameters per stack entry (see PER_ENTRY)
+    gate_vector: bool = False  # combiner has one gate vector w in R^d (GRN-v3)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r} of {self.name!r}; valid: {FAMILIES}")
+        if self.per_entry not in PER_ENTRY:
+            raise ValueError(f"per_entry {self.per_entry!r} of {self.name!r}; valid: {PER_ENTRY}")
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def entry_params(self, dim: int) -> int:
+        """Parameters a combiner of this scheme stores per stack entry."""
+        return {"none": 0, "scalar": 1, "vector": dim}[self.per_entry]
+
+    def combiner_params(self, size: int, dim: int) -> int:
+        """Trainable parameters of one combiner over ``size`` stack entries of width ``dim``."""
+        return size * self.entry_params(dim) + (dim if self.gate_vector else 0)
+
+
+SCHEMES: tuple[Scheme, ...] = (
+    Scheme("base", "plain", "no residual", "#9467bd", "the newest layer output only",
+           toy=True),
+    Scheme("vanilla", "plain", "vanilla", "#4c4c4c", "plain residual sum (ResNet, pre-LN)",
+           aliases=("res",), toy=True, lm=True, retrofit=True),
+    Scheme("grn_v1", "grn", "GRN-v1", "#1f77b4", "one scalar weight per stack entry",
+           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar"),
+    Scheme("grn_v2", "grn", "GRN-v2", "#d62728", "one weight vector per stack entry",
+           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="vector"),
+    Scheme("grn_v3", "grn", "GRN-v3", "#2ca02c", "GRN-v2 plus an input-dependent ReLU gate",
+           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
+           gate_vector=True),
+    Scheme("dca", "dca", "DCA", "#ff7f0e", "three GRN-v3 per block for queries, keys, values",
+           lm=True, takes_k=True, retrofit=True),
+    Scheme("denseformer", "baseline", "DenseFormer", "#8c564b",
+           "depth-weighted average of earlier outputs", lm=True),
+    Scheme("hyper_connections", "baseline", "Hyper-Connections", "#e377c2",
+           "n residual streams mixed per block", lm=True),
+    Scheme("laurel_lr", "baseline", "LAuReL-LR", "#bcbd22", "LAuReL low-rank residual", lm=True),
+    Scheme("laurel_pa", "baseline", "LAuReL-PA", "#17becf",
+           "LAuReL over previous activations", lm=True),
+)
+
+_BY_SPELLING: dict[str, Scheme] = {s: scheme for scheme in SCHEMES for s in scheme.spellings}
+
+
+def names(*, family: str | None = None, **flags: bool) -> tuple[str, ...]:
+    """Canonical names of the schemes of ``family`` (any if None) whose boolean properties
+    equal ``flags`` (e.g. ``names(lm=True, retrofit=True)``), in table order."""
+    for flag in flags:
+        if not isinstance(getattr(SCHEMES[0], flag, None), bool):
+            raise ValueError(f"unknown scheme property {flag!r}; valid: toy, lm, takes_k, "
+                             "grn_window, retrofit, gate_vector")
+    return tuple(
+        s.name for s in SCHEMES
+        if all(getattr(s, k) == v for k, v in flags.items())
+        and (family is None or s.family == family)
+    )
+
+
+def get(name: str) -> Scheme:
+    """The scheme named (or aliased) ``name``; a one-line ValueError lists the valid names."""
+    try:
+        return _BY_SPELLING[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown residual scheme {name!r}; valid: "
+                         f"{', '.join(_BY_SPELLING)}") from None
+
+
+def check(name: str, allowed: tuple[str, ...], what: str = "residual scheme") -> str:
+    """``name`` as given if it (or its canonical name) is among ``allowed``, else a one-line
+    ValueError naming the bad value and the valid ones."""
+    if name in allowed or (name in _BY_SPELLING and get(name).name in allowed):
+        return name
+    raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(allowed)}")
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is a scheme's name or alias."""
+    return name in _BY_SPELLING
+
+
+def canonical(name: str) -> str:
+    return get(name).name
+
+
+def network_combiner_params(name: str, depth: int, dim: int, *, convention: str = "nets",
+                            stack_sizes=None) -> int:
+    """Combiner parameters of a depth-``depth`` network.
+
+    ``"nets"``: what the toy nets and the LM store, the T + 1 combiners over ``stack_sizes``
+    (default the full stack, 1, ..., T + 1). ``"paper"``: §4.2's count, T(T−1)/2 pairs times
+    the per-entry parameters plus d·T for GRN-v3's gates (see the module docstring).
+    """
+    scheme = get(name)
+    if convention == "paper":
+        pairs = depth * (depth - 1) // 2
+        return pairs * scheme.entry_params(dim) + (dim * depth if scheme.gate_vector else 0)
+    if convention != "nets":
+        raise ValueError(f"convention must be 'nets' or 'paper', got {convention!r}")
+    sizes = range(1, depth + 2) if stack_sizes is None else stack_sizes
+    return sum(scheme.combiner_params(s, dim) for s in sizes)
+
+
+def label(name: str) -> str:
+    """The figure label of a scheme or a run variant of one: ``2-dca`` → ``2-DCA``, an
+    ``_open`` suffix (gate with ReLU'(0) = 1) → ``… (open gate)``."""
+    if name.endswith("_open"):
+        return f"{label(name[:-len('_open')])} (open gate)"
+    k, sep, rest = name.partition("-")
+    if sep and k.isdigit():
+        return f"{k}-{label(rest)}"
+    return get(name).label
+
+
+def color(name: str) -> str:
+    """The figure colour of a scheme; run variants (``2-dca``, ``grn_v3_open``) take their
+    scheme's colour (figures tell variants apart by line style or shade)."""
+    if name.endswith("_open"):
+        return color(name[:-len("_open")])
+    k, sep, rest = name.partition("-")
+    if sep and k.isdigit():
+        return color(rest)
+    return get(name).color
