@@ -1,6 +1,6 @@
-"""The prepared accelerator checks of issues 5 and 6, for one short session on one GPU.
+"""The prepared accelerator checks, sized for one short run on one GPU.
 
-``bench`` (issue 6): at the paper's 6-layer, width-512 preset (8 heads, MLP 2048, sequence 128,
+``bench``: at the paper's 6-layer, width-512 preset (8 heads, MLP 2048, sequence 128,
 vocabulary 8192, dropout 0) in bfloat16 compute (float32 master weights), vanilla, 2-DCA and full
 DCA train steps are compiled once each (``lower().compile()``: the same executable gives XLA's
 memory analysis and the timings), warmed up, then timed alternately in ``--repeats`` rounds of
@@ -9,9 +9,9 @@ memory analysis and the timings), warmed up, then timed alternately in ``--repea
 attention, over the bf16 peak measured in the same run by an 8192³ matmul and over the datasheet
 989 TFLOP/s), step-time and peak-memory ratios to vanilla.
 
-``ablation`` (issue 5): Table 7 at the paper's size on Penn Treebank: vanilla, DCA, GRN-v3,
+``ablation``: Table 7 at the paper's size on Penn Treebank: vanilla, DCA, GRN-v3,
 GRN-v2, GRN-v1 (in that order, so the most important finish first), 3 seeds at once
-(:func:`dca_theory.lm.seeds.train_seeds`), batch 32 × 128 words per seed, bf16 compute,
+(:func:`dca_theory.lm.seeds.train_lm_seeds`), batch 32 × 128 words per seed, bf16 compute,
 AdamW with the paper's β/eps/weight decay, lr 1e-3, 100 warm-up steps, inverse-sqrt decay,
 dropout 0.1 (paper preset), ``--steps`` steps each; whole-split valid/test perplexity. Each
 model's record is written as soon as it finishes; ``--budget-s`` stops before a model that
@@ -44,9 +44,10 @@ from lm_bench_common import (  # noqa: E402
     emit,
     machine,
     model_config,
-    num_params,
     train_setup,
 )
+
+from dca_theory.lm.params import param_count  # noqa: E402
 
 DATASHEET_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16
 
@@ -64,7 +65,7 @@ def matmul_peak(n: int, reps: int = 10) -> float:
 
 
 def model_flops_per_token(cfg) -> float:
-    n = num_params(cfg) - cfg.vocab_size * cfg.d_model  # embeddings are lookups, not matmuls
+    n = param_count(cfg) - cfg.vocab_size * cfg.d_model  # embeddings are lookups, not matmuls
     return 6.0 * n + 12.0 * cfg.n_layers * cfg.d_model * cfg.max_len
 
 
@@ -105,7 +106,7 @@ def bench(args) -> dict:
         step = statistics.median(times[v])
         tok_s = batch * seq / step
         flops = model_flops_per_token(cfg) * tok_s
-        rows[v] = {"params": num_params(cfg), "median_step_s": step, "tokens_per_s": tok_s,
+        rows[v] = {"params": param_count(cfg), "median_step_s": step, "tokens_per_s": tok_s,
                    "model_flops_per_s": flops, "mfu_vs_measured_peak": flops / peak,
                    "mfu_vs_datasheet": flops / DATASHEET_BF16_FLOPS, "train_bytes": mem[v],
                    "step_ratio_to_vanilla": step / statistics.median(times["vanilla"]),
@@ -123,18 +124,18 @@ def bench(args) -> dict:
 def ablation(args) -> None:
     from dca_theory.lm import data as lm_data
     from dca_theory.lm.config import PRESETS
-    from dca_theory.lm.seeds import train_seeds
-    from dca_theory.lm.train_config import TrainConfig
+    from dca_theory.lm.seeds import train_lm_seeds
+    from dca_theory.lm.train_config import LMTrainConfig
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = lm_data.load_corpus("ptb")
     model = PRESETS["paper"].replace(max_len=128)
     steps = 20 if args.smoke else args.steps
-    tc = TrainConfig(data="ptb", seq_len=16 if args.smoke else 128,
-                     batch_size=2 if args.smoke else 32, steps=steps, lr=1e-3,
-                     warmup_steps=5 if args.smoke else 100, eval_every=100, eval_batches=10,
-                     compute_dtype="bfloat16", progress=False)
+    tc = LMTrainConfig(data="ptb", seq_len=16 if args.smoke else 128,
+                       batch_size=2 if args.smoke else 32, steps=steps, lr=1e-3,
+                       warmup_steps=5 if args.smoke else 100, eval_every=100, eval_batches=10,
+                       compute_dtype="bfloat16", progress=False)
     if args.smoke:
         model = model.replace(d_model=32, n_heads=2, d_mlp=64, n_layers=2, max_len=16)
     start, per_model = time.perf_counter(), None
@@ -144,8 +145,8 @@ def ablation(args) -> None:
             print(f"{kind}: skipped, {spent:.0f} s spent of a {args.budget_s} s budget", flush=True)
             continue
         t = time.perf_counter()
-        runs = train_seeds(model.replace(residual=kind), tc, (0, 1, 2), corpus=corpus,
-                           final_batches=4 if args.smoke else None)
+        runs = train_lm_seeds(model.replace(residual=kind), tc, (0, 1, 2), corpus=corpus,
+                              final_batches=4 if args.smoke else None)
         per_model = max(per_model or 0.0, time.perf_counter() - t)
         rec = {"kind": kind, **runs.record(), "wall_s": time.perf_counter() - t,
                "loss_curve_every_10": runs.loss_SxT[:, ::10].tolist(),

@@ -16,16 +16,12 @@ import platform
 import time
 from pathlib import Path
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from dca_theory.io import atomic_write_text
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.model import build_model
 from dca_theory.lm.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 # variant name -> (residual, k, grn_impl). The "-ref" variants run the straightforward GRN
 # path (stacked array + Combiner, autodiff backward) that the fused default replaced.
@@ -62,9 +58,9 @@ def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
                        residual=residual, k=k, param_dtype=param_dtype, grn_impl=grn_impl)
 
 
-def train_config(cfg: ModelConfig, batch: int, compute_dtype: str = "float32") -> TrainConfig:
-    return TrainConfig(batch_size=batch, seq_len=cfg.max_len, warmup_steps=10,
-                       compute_dtype=compute_dtype)
+def train_config(cfg: ModelConfig, batch: int, compute_dtype: str = "float32") -> LMTrainConfig:
+    return LMTrainConfig(batch_size=batch, seq_len=cfg.max_len, warmup_steps=10,
+                         compute_dtype=compute_dtype)
 
 
 def train_setup(cfg: ModelConfig, batch: int, compute_dtype: str = "float32"):
@@ -84,15 +80,6 @@ def emit(record: dict, json_path: str | None) -> dict:
     print(json.dumps(record))
     save_partial(record, json_path)
     return record
-
-
-def num_params(cfg: ModelConfig) -> int:
-    model = eqx.filter_eval_shape(build_model, cfg, key=jax.random.PRNGKey(0))
-    # Shape-only leaves (no allocation). Shared LayerNorm weights (DCA's LN_q = LN_k = LN_v
-    # at init) count once per use, as they do after the first update un-ties them.
-    leaves = [x for x in jax.tree_util.tree_leaves(model)
-              if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)]
-    return int(sum(np.prod(x.shape) for x in leaves))
 
 
 def machine() -> dict:

@@ -6,7 +6,7 @@ property of the compiled program (deterministic; no allocator noise, no timing):
 * **training peak** of the train step (forward, backward, AdamW):
   ``argument + output + temp - alias`` bytes (parameters, optimizer state and batch in; new
   parameters and state out; ``temp`` holds the activations kept for the backward pass).
-  Ratio DCA / vanilla; paper: 6.6 / 5.3 GB = 1.25 on a 179M model; issue 6 target ≤ 1.10.
+  Ratio DCA / vanilla; paper: 6.6 / 5.3 GB = 1.25 on a 179M model; target ≤ 1.10.
 * **inference activations**: ``temp`` bytes of the jitted forward pass (logits are the output,
   weights the arguments; neither counts). Paper §3.1/§5: full DCA keeps every layer output
   (linear in depth), k-DCA keeps k + 2 tensors (flat in depth). Target: k-DCA depth 24 vs

@@ -1,4 +1,4 @@
-"""Train-step time of the LM: vanilla vs full DCA vs 2-DCA, as ratios to vanilla (issue 6).
+"""Train-step time of the LM: vanilla vs full DCA vs 2-DCA, as ratios to vanilla.
 
 For each depth, the three variants (same width, heads = width/64, MLP 4×width, sequence 128,
 synthetic tokens) are built, their train steps (``dca_theory.lm.steps.make_train_step``:
@@ -6,7 +6,7 @@ forward, backward, AdamW) are jitted and warmed up, and
 then timed *alternately* in the same process: each repeat times one step of every variant, in
 a rotating order, so that a change of machine load hits all variants alike. The figure is the
 median over repeats; the ratio is median(variant) / median(vanilla). Paper (Table 1, 24 layers,
-TPU): 2-DCA/vanilla = 8.14/5.39 = 1.51, full DCA/vanilla = 8.14/3.72 = 2.19. Issue 6 targets:
+TPU): 2-DCA/vanilla = 8.14/5.39 = 1.51, full DCA/vanilla = 8.14/3.72 = 2.19. Targets:
 ≤ 1.10 and ≤ 1.30 at depth 24.
 
 Usage::
@@ -34,11 +34,11 @@ from lm_bench_common import (  # noqa: E402
     emit,
     machine,
     model_config,
-    num_params,
     save_partial,
     train_config,
 )
 
+from dca_theory.lm.params import param_count  # noqa: E402
 from dca_theory.lm.steptime import alternated_step_times  # noqa: E402
 
 
@@ -57,7 +57,7 @@ def time_depth(depth: int, args) -> dict:
     out = {"depth": depth, "times_s": times, "median_s": med}
     if "vanilla" in med:
         out["ratio_to_vanilla"] = {v: med[v] / med["vanilla"] for v in med}
-    out["params"] = {v: num_params(model_config(v, width=args.width, depth=depth, seq=args.seq,
+    out["params"] = {v: param_count(model_config(v, width=args.width, depth=depth, seq=args.seq,
                                                 vocab=args.vocab)) for v in args.variants}
     return out
 

@@ -8,7 +8,7 @@ matmuls of each block, ×3 for forward + backward, plus the teacher's forward pa
 optimizer work is ignored (so the achieved figure is a slight underestimate).
 
 Usage: ``python benchmarks/toy_flops.py [--steps 200] [--dim 64 --widths 1 2 4 8 16 --pad 16]
-[--json out.json]``; the issue's d ≥ 256 point: ``--dim 256 --widths 64 128 256 --pad 256
+[--json out.json]``; the d ≥ 256 point: ``--dim 256 --widths 64 128 256 --pad 256
 --batch 1024``. Prints a table and the JSON record.
 """
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import check_positive, emit  # noqa: E402
 
 from dca_theory.nets import MLPResNet
-from dca_theory.sim import BottleneckTeacher, TrainConfig, fit_many
+from dca_theory.sim import BottleneckTeacher, ToyTrainConfig, fit_many
 
 
 def matmul_flops(n: int = 1024, reps: int = 20) -> float:
@@ -49,8 +49,8 @@ def sweep_flops(steps: int, *, dim=64, depth=4, widths=(1, 2, 4, 8, 16), pad=16,
     models = eqx.filter_vmap(lambda k, w: MLPResNet(dim, w, depth, kind=kind, pad_to=pad,
                                                     key=k))(keys, wv)
     teacher = BottleneckTeacher(dim, teacher_rank, alpha=2.0, key=jax.random.PRNGKey(2))
-    cfg = TrainConfig(steps=steps, batch_size=batch, optimizer="adamw", learning_rate=3e-3,
-                      weight_decay=1e-3)
+    cfg = ToyTrainConfig(steps=steps, batch_size=batch, optimizer="adamw", learning_rate=3e-3,
+                         weight_decay=1e-3)
     t0 = time.perf_counter()
     jax.block_until_ready(fit_many(models, teacher, keys, cfg))  # compile + run
     t1 = time.perf_counter()

@@ -29,7 +29,7 @@ from scipy import stats
 
 from dca_theory.io import read_json, to_jsonable, write_json
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
 QUICK_SEEDS: tuple[int, ...] = (0, 1)
@@ -40,10 +40,10 @@ CPU_MODEL = ModelConfig(max_len=64, d_model=64, n_heads=4, d_mlp=256, n_layers=4
 QUICK_MODEL = ModelConfig(max_len=32, d_model=16, n_heads=2, d_mlp=32, n_layers=2,
                           dropout=0.0, attn_dropout=0.0)
 SEQ_LEN = {"shakespeare": 64, "ptb": 32}
-CPU_TRAIN = TrainConfig(batch_size=16, steps=400, lr=2e-3, warmup_steps=40, log_every=50,
-                        eval_every=25, eval_batches=6, progress=True)
-QUICK_TRAIN = TrainConfig(batch_size=8, steps=30, lr=3e-3, warmup_steps=5, log_every=10,
-                          eval_every=10, eval_batches=2, progress=False)
+CPU_TRAIN = LMTrainConfig(batch_size=16, steps=400, lr=2e-3, warmup_steps=40, log_every=50,
+                          eval_every=25, eval_batches=6, progress=True)
+QUICK_TRAIN = LMTrainConfig(batch_size=8, steps=30, lr=3e-3, warmup_steps=5, log_every=10,
+                            eval_every=10, eval_batches=2, progress=False)
 QUICK_FINAL_BATCHES = 8  # quick modes score 8 batches of valid/test, not the whole split
 
 
@@ -52,7 +52,7 @@ def model_config(quick: bool, **changes) -> ModelConfig:
     return (QUICK_MODEL if quick else CPU_MODEL).replace(**changes)
 
 
-def train_config(data: str, quick: bool, **changes) -> TrainConfig:
+def train_config(data: str, quick: bool, **changes) -> LMTrainConfig:
     if data not in DATASETS:
         raise ValueError(f"unknown dataset {data!r}; valid: {', '.join(DATASETS)}")
     base = QUICK_TRAIN if quick else CPU_TRAIN
@@ -72,7 +72,7 @@ class RunSpec:
 
     label: str
     model: ModelConfig
-    train: TrainConfig
+    train: LMTrainConfig
     seeds: tuple[int, ...]
     init_from: RunSpec | None = None
     final_batches: int | None = None
@@ -137,7 +137,7 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
         return read_json(folder / "record.json")
     if s.init_from is not None:
         ensure_run(s.init_from, cache, log=log)
-    from dca_theory.lm.seeds import train_seeds
+    from dca_theory.lm.seeds import train_lm_seeds
 
     models = None
     if s.init_from is not None:
@@ -145,9 +145,9 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
 
         models = [retrofit(m, s.model.replace(vocab_size=m.cfg.vocab_size))
                   for m in load_models(s.init_from, cache)]
-    runs = train_seeds(s.model, s.train, s.seeds, corpus=_corpus(s.train.data), models=models,
-                       desc=s.label, keep_params=True, final_batches=s.final_batches,
-                       log=(lambda **r: log(run=s.label, **r)) if log else None)
+    runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=_corpus(s.train.data), models=models,
+                          desc=s.label, keep_params=True, final_batches=s.final_batches,
+                          log=(lambda **r: log(run=s.label, **r)) if log else None)
     folder.mkdir(parents=True, exist_ok=True)
     _save_params(folder, runs)
     np.savez_compressed(folder / "curves.npz", loss=runs.loss_SxT.astype(np.float32),

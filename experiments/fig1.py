@@ -37,7 +37,7 @@ from tqdm import tqdm
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
 from dca_theory.paths import default_run_dir
-from dca_theory.sim import TrainConfig, fit_many, gaussian_target, identity_target
+from dca_theory.sim import ToyTrainConfig, fit_many, gaussian_target, identity_target
 
 NAME = "fig1"
 
@@ -103,8 +103,8 @@ def run_task_kind(task: str, kind: str, cfg: Fig1Config) -> dict:
     models = eqx.filter_vmap(lambda k: DeepLinear(
         cfg.dim, cfg.rank, cfg.depth, kind=kind, init_std=cfg.init_std, dtype=dtype, key=k
     ))(keys)
-    tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="sgd",
-                       learning_rate=float(cfg.learning_rates[0]))
+    tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="sgd",
+                          learning_rate=float(cfg.learning_rates[0]))
     trained, losses = fit_many(models, target, keys, tcfg, learning_rates=lrs)
     losses = np.asarray(losses).reshape(n_lr, cfg.seeds, cfg.steps)
     finals = _final(losses.reshape(n_lr * cfg.seeds, -1)).reshape(n_lr, cfg.seeds)

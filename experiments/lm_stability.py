@@ -59,7 +59,7 @@ from dca_theory.lm.stability import (
     poisson_rate,
     rate_ratio_test,
 )
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 from dca_theory.paths import default_run_dir
 from experiments._lm_common import cache_dir, ensure_run
 from experiments._lm_grid import ablation_specs
@@ -75,7 +75,7 @@ GROUPS: tuple[str, ...] = ("vanilla", "dca_family", "baselines", "retrofit")
 
 def load_cached_runs(cache: Path) -> list[dict]:
     """Every finished run of the cache: its record, resolved configs and per-step curves."""
-    train_defaults = to_jsonable(TrainConfig())
+    train_defaults = to_jsonable(LMTrainConfig())
     runs = []
     for record_path in sorted(Path(cache).glob("*/record.json")):
         curves_path = record_path.parent / "curves.npz"

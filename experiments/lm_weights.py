@@ -164,14 +164,14 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
                        for k, s in specs.items()}}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)
-    from dca_theory.lm.train_config import TrainConfig
+    from dca_theory.lm.train_config import LMTrainConfig
 
     train = next(iter(specs.values())).train
-    # The paper's recipe (TrainConfig's defaults: lr 0.0016, 1000 warm-up steps, 500k steps,
+    # The paper's recipe (LMTrainConfig's defaults: lr 0.0016, 1000 warm-up steps, 500k steps,
     # weight decay 0.1): a b = 1 that gets no gradient would decay to about 1e-3.
     summary = {"kinds": {}, "cache": str(cache), "band_percentiles": [5.0, 95.0],
                "decay_only_b": decay_only_factor(train),
-               "paper_decay_only_b": decay_only_factor(TrainConfig())}
+               "paper_decay_only_b": decay_only_factor(LMTrainConfig())}
     for kind in specs:
         s = specs[kind]
         record = ensure_run(s, cache)

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
 from dca_theory.paths import default_run_dir
-from dca_theory.sim import BottleneckTeacher, TrainConfig, fit_many, jacobian_rank
+from dca_theory.sim import BottleneckTeacher, ToyTrainConfig, fit_many, jacobian_rank
 
 NAME = "prop45"
 
@@ -60,8 +60,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     xs = jax.random.normal(jax.random.PRNGKey(cfg.seed + 4), (cfg.jacobian_inputs, cfg.dim),
                            jnp.float64)
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.seeds)
-    tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adam",
-                       learning_rate=cfg.learning_rate)
+    tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adam",
+                          learning_rate=cfg.learning_rate)
     results = {}
     for kind in tqdm(cfg.kinds, desc="prop45 kinds"):
         models = eqx.filter_vmap(lambda k, kind=kind: MLPResNet(

@@ -38,7 +38,13 @@ from tqdm import tqdm
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
 from dca_theory.paths import default_run_dir
-from dca_theory.sim import BottleneckTeacher, TrainConfig, effective_rank, fit_many, numerical_rank
+from dca_theory.sim import (
+    BottleneckTeacher,
+    ToyTrainConfig,
+    effective_rank,
+    fit_many,
+    numerical_rank,
+)
 
 NAME = "rank_vs_width"
 
@@ -119,8 +125,8 @@ def run_bucket(kind: str, bucket: int, widths, cfg, teachers, pbar=None) -> list
     models = eqx.filter_vmap(lambda k, w: MLPResNet(
         cfg.dim, w, cfg.depth, kind=kind, pad_to=bucket, key=k))(keys, wv)
     tstack = _stack([teachers[ti] for _, ti, _ in combos])
-    tcfg = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adamw",
-                       learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adamw",
+                          learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
     trained, losses = fit_many(models, tstack, keys, tcfg, target_batched=True)
     kx, kt = jax.random.split(jax.random.PRNGKey(cfg.seed + 5))
     xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim))

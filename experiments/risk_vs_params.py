@@ -32,7 +32,7 @@ from tqdm import tqdm
 from dca_theory.io import RunDir
 from dca_theory.nets import DeepLinear
 from dca_theory.paths import default_run_dir
-from dca_theory.sim import TrainConfig, fit_many, spectral_target
+from dca_theory.sim import ToyTrainConfig, fit_many, spectral_target
 
 NAME = "risk_vs_params"
 
@@ -70,8 +70,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     combos = [(r, s) for r in cfg.ranks for s in range(cfg.seeds)]
     keys = jnp.stack([jax.random.PRNGKey(cfg.seed * 31 + 100 * r + s) for r, s in combos])
     rv = jnp.asarray([r for r, _ in combos])
-    tcfg = TrainConfig(steps=cfg.steps, optimizer="adam", learning_rate=cfg.learning_rate,
-                       loss="population")
+    tcfg = ToyTrainConfig(steps=cfg.steps, optimizer="adam", learning_rate=cfg.learning_rate,
+                          loss="population")
     results: dict = {}
     for kind in tqdm(cfg.kinds, desc="risk_vs_params kinds"):
         models = eqx.filter_vmap(lambda k, r, kind=kind: DeepLinear(
@@ -90,7 +90,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                                          trained)
             results[f"{kind}/r_star={r_star}"] = {
                 "kind": kind, "r_star": r_star,
-                "params_model": one.num_params(),
+                "params_model": one.param_count(),
                 "params_theory": int(theory.param_count(kind, cfg.dim, r_star, cfg.depth)),
                 "trained_risk_best": best,
                 "trained_risk_per_seed": risks[idx].tolist(),

@@ -44,17 +44,17 @@ from dca_theory.io import RunDir
 from dca_theory.paths import default_run_dir
 from dca_theory.vit.config import preset
 from dca_theory.vit.data import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, load_digits
-from dca_theory.vit.model import count_params
-from dca_theory.vit.train import TrainConfig, train_seeds
+from dca_theory.vit.model import param_count
+from dca_theory.vit.train import ViTTrainConfig, train_vit_seeds
 
 NAME = "vit_digits"
 RESIDUALS: tuple[str, ...] = ("vanilla", "dca")
 FULL = {"model": preset("digits"), "seeds": (0, 1, 2, 3, 4),
-        "train": TrainConfig(steps=500, batch_size=64, lr=2e-3, warmup_steps=50,
-                             weight_decay=0.05, eval_every=50)}
+        "train": ViTTrainConfig(steps=500, batch_size=64, lr=2e-3, warmup_steps=50,
+                                weight_decay=0.05, eval_every=50)}
 QUICK = {"model": preset("digits_tiny"), "seeds": (0, 1),
-         "train": TrainConfig(steps=150, batch_size=64, lr=3e-3, warmup_steps=15,
-                              weight_decay=0.05, eval_every=75)}
+         "train": ViTTrainConfig(steps=150, batch_size=64, lr=3e-3, warmup_steps=15,
+                                 weight_decay=0.05, eval_every=75)}
 # Paper Table 8 (ViT-S/16, ImageNet), for the summary and the figure.
 PAPER_TABLE8 = {"vanilla": {"accuracy": 0.764, "loss": 0.5698},
                 "dca": {"accuracy": 0.771, "loss": 0.5284}}
@@ -100,14 +100,14 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     results, params = {}, {}
     for kind in RESIDUALS:
         kind_cfg = cfg.replace(residual=kind)
-        params[kind] = count_params(kind_cfg)
+        params[kind] = param_count(kind_cfg)
         start = time.perf_counter()
-        r = train_seeds(kind_cfg, tc, train, test, seeds, log=run.log, desc=kind)
+        r = train_vit_seeds(kind_cfg, tc, train, test, seeds, log=run.log, desc=kind)
         r["wall_s"] = time.perf_counter() - start
         results[kind] = r
     summary = summarise(results, params)
     summary |= {"n_train": len(train), "n_test": len(test), "paper_table8": PAPER_TABLE8}
     if not quick:  # tracing the 22M-parameter ViT-S/16 twice is not worth it in quick mode
-        summary["s16_params"] = {k: count_params(preset("s16", residual=k)) for k in RESIDUALS}
+        summary["s16_params"] = {k: param_count(preset("s16", residual=k)) for k in RESIDUALS}
     run.finish(summary)
     return run.path

@@ -38,8 +38,8 @@ def test_bad_arguments_give_one_line_errors(bench, argv, bad):
     assert bad in message and "\n" not in message
 
 
-def test_defaults_are_the_issue_config(bench):
-    # Issue 6: width 512, depth 6, 8 heads of 64, k = 2, seq 128; the brief: batch 8, vocab 8192.
+def test_defaults_are_the_target_config(bench):
+    # The target's config: width 512, depth 6, 8 heads of 64, k = 2, seq 128, batch 8, vocab 8192.
     args = bench.parse_args([])
     assert (args.width, args.depth, args.k, args.seq, args.batch, args.vocab) == \
         (512, 6, 2, 128, 8, 8192)

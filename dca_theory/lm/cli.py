@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dca_theory import schemes
 from dca_theory.lm.config import PRESETS, ModelConfig
-from dca_theory.lm.train_config import TRAIN_PRESETS, TrainConfig
+from dca_theory.lm.train_config import TRAIN_PRESETS, LMTrainConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"{self.prog}: {message} (see --help)")
 
 
-# (flag, TrainConfig field, type, help)
+# (flag, LMTrainConfig field, type, help)
 _TRAIN_FLAGS = [
     ("--steps", "steps", int, "optimiser steps"),
     ("--batch-size", "batch_size", int, "global batch size in sequences"),
@@ -96,7 +96,7 @@ def _add_train(sub) -> None:
     p.set_defaults(func=_cmd_train)
 
 
-def _configs(args) -> tuple[ModelConfig, TrainConfig]:
+def _configs(args) -> tuple[ModelConfig, LMTrainConfig]:
     model_cfg = PRESETS[args.preset]
     if args.residual is not None:
         model_cfg = model_cfg.replace(residual=args.residual)

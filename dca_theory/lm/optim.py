@@ -16,10 +16,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 
-def learning_rate(cfg: TrainConfig):
+def learning_rate(cfg: LMTrainConfig):
     """The schedule as an ``optax`` schedule (a function of the update count)."""
     lr, warmup = cfg.lr, cfg.warmup_steps
 
@@ -34,7 +34,7 @@ def learning_rate(cfg: TrainConfig):
     return schedule
 
 
-def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+def make_lm_optimizer(cfg: LMTrainConfig) -> optax.GradientTransformation:
     adamw = optax.adamw(learning_rate(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                         weight_decay=cfg.weight_decay)
     if cfg.clip_norm is None:

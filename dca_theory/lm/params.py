@@ -1,8 +1,9 @@
 r"""Parameter counts per residual kind, in closed form and by counting a model's arrays.
 
-``count_params(model)`` sums the trainable arrays of a built model; ``num_params(cfg)`` is the
-closed form below, and ``eqx.filter_eval_shape`` lets us count the paper preset without
-allocating it. Tests check that the two agree for every kind.
+``count_params(model)`` sums the trainable arrays of a built model; ``param_count(cfg)`` is the
+closed form below, and ``traced_param_count(cfg)`` counts the shapes ``eqx.filter_eval_shape``
+traces, so the paper preset is counted without allocating it. Tests check that they agree for
+every kind.
 
 Closed form (T layers, width D, MLP width F, vocabulary V, ``S_t`` the stack size of block t):
 
@@ -64,7 +65,7 @@ def count_params(model) -> int:
     return sum(x.size for x in jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))
 
 
-def count_params_abstract(cfg: ModelConfig) -> int:
+def traced_param_count(cfg: ModelConfig) -> int:
     """Count by tracing :func:`build_model` shapes only (no memory for the weights)."""
     from dca_theory.lm.model import build_model
 
@@ -103,7 +104,7 @@ def overhead(cfg: ModelConfig) -> int:
     raise ValueError(f"no closed-form count for residual {kind!r}; add one in lm/params.py")
 
 
-def num_params(cfg: ModelConfig) -> int:
+def param_count(cfg: ModelConfig) -> int:
     """Closed-form parameter count of ``build_model(cfg)``."""
     return _vanilla(cfg) + overhead(cfg)
 
@@ -120,10 +121,10 @@ def info_rows(cfg: ModelConfig) -> list[dict]:
     variants = [base.replace(residual=kind) for kind in lm_schemes]
     if cfg.k is not None:
         variants.insert(lm_schemes.index("dca") + 1, base.replace(residual="dca", k=cfg.k))
-    vanilla = num_params(base)
+    vanilla = param_count(base)
     rows = []
     for v in variants:
-        n = num_params(v)
+        n = param_count(v)
         name = v.residual if v.k is None else f"dca (k={v.k})"
         paper = PAPER_REPORTED_M.get(v.residual) if _is_paper_size(cfg) and v.k is None else None
         rows.append({"residual": name, "params": n, "overhead": n - vanilla,

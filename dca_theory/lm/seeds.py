@@ -27,15 +27,15 @@ from tqdm.auto import tqdm
 
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.optim import make_optimizer
+from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.steps import make_eval_step, make_train_step
 from dca_theory.lm.train import default_builder, resolve_configs
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 
 @dataclass
 class SeedRuns:
-    """What :func:`train_seeds` measured. Arrays have a leading seed axis ``S``.
+    """What :func:`train_lm_seeds` measured. Arrays have a leading seed axis ``S``.
 
     ``loss_SxT`` / ``grad_norm_SxT``: training loss and gradient norm of every step;
     ``step_time_T``: wall seconds of every (all-seed) step, the first one including compilation;
@@ -45,7 +45,7 @@ class SeedRuns:
     """
 
     model_cfg: ModelConfig
-    train_cfg: TrainConfig
+    train_cfg: LMTrainConfig
     seeds: tuple[int, ...]
     n_params: int
     loss_SxT: np.ndarray
@@ -106,11 +106,11 @@ def _evaluate(eval_fn, params, tokens, *, seq_len, batch_size, max_batches) -> n
     return nll / weight
 
 
-def train_seeds(model_cfg: ModelConfig, train_cfg: TrainConfig, seeds: Sequence[int], *,
-                corpus: lm_data.Corpus | None = None, models: Sequence[eqx.Module] | None = None,
-                build: Callable = default_builder, desc: str | None = None,
-                log: Callable[..., None] | None = None, keep_params: bool = False,
-                final_batches: int | None = None) -> SeedRuns:
+def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequence[int], *,
+                   corpus: lm_data.Corpus | None = None, models: Sequence[eqx.Module] | None = None,
+                   build: Callable = default_builder, desc: str | None = None,
+                   log: Callable[..., None] | None = None, keep_params: bool = False,
+                   final_batches: int | None = None) -> SeedRuns:
     """Train ``len(seeds)`` models of ``model_cfg`` with ``train_cfg`` (its ``seed`` is ignored).
 
     ``models`` gives the starting models (one per seed, e.g. retrofitted ones); by default they
@@ -122,7 +122,7 @@ def train_seeds(model_cfg: ModelConfig, train_cfg: TrainConfig, seeds: Sequence[
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
     if train_cfg.grad_accum != 1 or train_cfg.fsdp:
-        raise ValueError("train_seeds supports grad_accum=1 and fsdp=False only")
+        raise ValueError("train_lm_seeds supports grad_accum=1 and fsdp=False only")
     if corpus is None:
         corpus = lm_data.load_corpus(train_cfg.data, train_cfg.data_dir,
                                      bpe_vocab_size=train_cfg.bpe_vocab_size)
@@ -132,7 +132,7 @@ def train_seeds(model_cfg: ModelConfig, train_cfg: TrainConfig, seeds: Sequence[
     if len(models) != len(seeds):
         raise ValueError(f"got {len(models)} starting models for {len(seeds)} seeds")
     params, static = stack_models(models)
-    optimizer = make_optimizer(train_cfg)
+    optimizer = make_lm_optimizer(train_cfg)
     opt_state = jax.vmap(optimizer.init)(params)
     rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
     step_fn = jax.jit(jax.vmap(make_train_step(static, optimizer, train_cfg),

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from dca_theory.lm.optim import learning_rate
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 Batch = dict[str, jax.Array]
 
@@ -84,7 +84,7 @@ def accumulate_gradients(grad_fn, params, batch: Batch, key, n_micro: int):
 
 
 def make_train_step(static, optimizer: optax.GradientTransformation,
-                    cfg: TrainConfig) -> Callable:
+                    cfg: LMTrainConfig) -> Callable:
     """``train_step(params, opt_state, rng, batch, step) -> (params, opt_state, metrics)``.
 
     The batch of ``cfg.batch_size`` rows is split into ``cfg.grad_accum`` sequential
@@ -106,7 +106,7 @@ def make_train_step(static, optimizer: optax.GradientTransformation,
     return train_step
 
 
-def make_eval_step(static, cfg: TrainConfig) -> Callable:
+def make_eval_step(static, cfg: LMTrainConfig) -> Callable:
     """``eval_step(params, batch) -> (nll_sum, weight_sum)`` without dropout."""
     compute_dtype = jnp.dtype(cfg.compute_dtype)
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import build_model
-from dca_theory.lm.optim import make_optimizer
+from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.steps import make_train_step
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 
 def synthetic_batch(batch: int, seq: int, vocab: int) -> dict[str, jax.Array]:
@@ -33,19 +33,19 @@ def synthetic_batch(batch: int, seq: int, vocab: int) -> dict[str, jax.Array]:
             "weights": jnp.ones((batch, seq), jnp.float32)}
 
 
-def train_step_setup(cfg: ModelConfig, tc: TrainConfig) -> tuple[Callable, tuple]:
+def train_step_setup(cfg: ModelConfig, tc: LMTrainConfig) -> tuple[Callable, tuple]:
     """``(step_fn, args)`` with ``step_fn(*args) -> (params, opt_state, metrics)`` (not jitted);
     ``args = (params, opt_state, rng, batch, step)`` for ``tc.batch_size`` x ``tc.seq_len``."""
     params, static = eqx.partition(build_model(cfg, key=jax.random.PRNGKey(0)),
                                    eqx.is_inexact_array)
-    optimizer = make_optimizer(tc)
+    optimizer = make_lm_optimizer(tc)
     batch = synthetic_batch(tc.batch_size, tc.seq_len or cfg.max_len, cfg.vocab_size)
     args = (params, optimizer.init(params), jax.random.PRNGKey(1), batch,
             jnp.asarray(0, jnp.int32))
     return make_train_step(static, optimizer, tc), args
 
 
-def alternated_step_times(configs: dict[str, tuple[ModelConfig, TrainConfig]], *,
+def alternated_step_times(configs: dict[str, tuple[ModelConfig, LMTrainConfig]], *,
                           repeats: int = 15, warmup: int = 2,
                           log: Callable[[str, float], None] | None = None) -> dict[str, dict]:
     """``{name: {"median_s", "times_s"}}``: train-step wall times, alternated across configs.

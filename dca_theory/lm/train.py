@@ -30,9 +30,9 @@ from dca_theory.lm import data as lm_data
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.optim import make_optimizer
+from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.steps import make_eval_step, make_train_step
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 Builder = Callable[..., eqx.Module]
 
@@ -47,7 +47,7 @@ def default_builder(cfg: ModelConfig, *, key) -> eqx.Module:
     return build_model(cfg, key=key)
 
 
-def resolve_configs(model_cfg: ModelConfig, train_cfg: TrainConfig,
+def resolve_configs(model_cfg: ModelConfig, train_cfg: LMTrainConfig,
                     corpus: lm_data.Corpus) -> tuple[ModelConfig, int]:
     """The data defines ``vocab_size``; ``seq_len`` defaults to ``max_len``, never above it."""
     seq_len = train_cfg.seq_len or model_cfg.max_len
@@ -57,22 +57,22 @@ def resolve_configs(model_cfg: ModelConfig, train_cfg: TrainConfig,
     return model_cfg.replace(vocab_size=corpus.vocab_size), seq_len
 
 
-def _config_record(model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict:
+def _config_record(model_cfg: ModelConfig, train_cfg: LMTrainConfig) -> dict:
     from dca_theory.io import to_jsonable
 
     return {"model": to_jsonable(model_cfg), "train": to_jsonable(train_cfg)}
 
 
-def load_configs(workdir: str | Path) -> tuple[ModelConfig, TrainConfig]:
+def load_configs(workdir: str | Path) -> tuple[ModelConfig, LMTrainConfig]:
     path = Path(workdir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no training run in {workdir} (missing {path})")
     record = read_json(path)
-    return ModelConfig(**record["model"]), TrainConfig(**record["train"])
+    return ModelConfig(**record["model"]), LMTrainConfig(**record["train"])
 
 
 def _check_resume_compatible(workdir: Path, model_cfg: ModelConfig,
-                             train_cfg: TrainConfig) -> None:
+                             train_cfg: LMTrainConfig) -> None:
     saved_model, saved_train = load_configs(workdir)
     fixed = ("data", "seed", "batch_size", "grad_accum", "seq_len", "compute_dtype")
     diffs = [f"model.{k}" for k, v in vars(saved_model).items() if getattr(model_cfg, k) != v]
@@ -82,7 +82,7 @@ def _check_resume_compatible(workdir: Path, model_cfg: ModelConfig,
                          "resume with the same settings or choose a new --workdir")
 
 
-def _load_corpus(train_cfg: TrainConfig, workdir: Path,
+def _load_corpus(train_cfg: LMTrainConfig, workdir: Path,
                  init_from: Path | None = None) -> lm_data.Corpus:
     tok_path = workdir / "tokenizer.json"
     if not tok_path.is_file() and init_from is not None:
@@ -108,8 +108,8 @@ def _append_metrics(path: Path, record: dict) -> None:
         fh.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
 
 
-def evaluate(eval_fn, params, tokens: np.ndarray, *, seq_len: int, batch_size: int, mesh,
-             max_batches: int | None = None) -> dict[str, float]:
+def evaluate_lm(eval_fn, params, tokens: np.ndarray, *, seq_len: int, batch_size: int, mesh,
+                max_batches: int | None = None) -> dict[str, float]:
     """Mean NLL per token and perplexity over (up to ``max_batches`` batches of) a split."""
     nll, weight = 0.0, 0.0
     for batch in lm_data.eval_batches(tokens, seq_len=seq_len, batch_size=batch_size,
@@ -134,7 +134,7 @@ def _initial_model(model_cfg: ModelConfig, init_from: Path | None, build: Builde
     return retrofit(source, model_cfg)
 
 
-def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: str | Path, *,
+def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: str | Path, *,
                        build: Builder = default_builder, init_from: str | Path | None = None,
                        hooks: Sequence[Callable[[int], None]] = ()) -> dict:
     """Train (or resume) in ``workdir`` and return the summary dict (also ``summary.json``).
@@ -167,7 +167,7 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
     corpus.tokenizer.save(workdir / "tokenizer.json")
     (workdir / "summary.json").unlink(missing_ok=True)
 
-    optimizer = make_optimizer(train_cfg)
+    optimizer = make_lm_optimizer(train_cfg)
     opt_state = optimizer.init(params)
     param_sh = shd.state_shardings(params, mesh, fsdp=train_cfg.fsdp)
     opt_sh = shd.state_shardings(opt_state, mesh, fsdp=train_cfg.fsdp)
@@ -208,8 +208,8 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
                 loop.last_good = done
             if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
                 loop.flush()
-                result = evaluate(eval_fn, params, corpus.valid, **eval_kw,
-                                  max_batches=train_cfg.eval_batches)
+                result = evaluate_lm(eval_fn, params, corpus.valid, **eval_kw,
+                                     max_batches=train_cfg.eval_batches)
                 loop.log_eval(done, "valid", result)
         loop.flush()
     finally:
@@ -217,7 +217,7 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
         ckpt.close()
         loop.close()
 
-    final = {s: evaluate(eval_fn, params, corpus.split(s), **eval_kw) for s in ("valid", "test")}
+    final = {s: evaluate_lm(eval_fn, params, corpus.split(s), **eval_kw) for s in ("valid", "test")}
     for split, result in final.items():
         loop.log_eval(train_cfg.steps, split, result)
     summary = {
@@ -237,7 +237,7 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: TrainConfig, workdir: 
 class _Loop:
     """Host-side bookkeeping: delayed metric fetch, NaN guard, JSON lines, progress bar."""
 
-    def __init__(self, workdir: Path, cfg: TrainConfig, ckpt: Checkpointer, start: int):
+    def __init__(self, workdir: Path, cfg: LMTrainConfig, ckpt: Checkpointer, start: int):
         self.path, self.cfg, self.ckpt = workdir / "metrics.jsonl", cfg, ckpt
         self.last_good, self.pending = start, None
         self.last_loss = float("nan")
@@ -300,7 +300,7 @@ def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int
     tokenizer = lm_data.Tokenizer.load(workdir / "tokenizer.json")
     init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
     params, static = eqx.partition(build(model_cfg, key=init_key), eqx.is_inexact_array)
-    opt_state = make_optimizer(train_cfg).init(params)
+    opt_state = make_lm_optimizer(train_cfg).init(params)
     ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
     try:
         (params, _, _), _ = ckpt.restore((params, opt_state, rng), step=step)
@@ -324,5 +324,5 @@ def evaluate_run(workdir: str | Path, splits: Sequence[str] = ("valid", "test"),
     shd.check_batch_divisible(batch_size, 1, mesh)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     eval_fn = jax.jit(make_eval_step(static, train_cfg))
-    return {s: evaluate(eval_fn, params, corpus.split(s), seq_len=seq_len,
-                        batch_size=batch_size, mesh=mesh) for s in splits}
+    return {s: evaluate_lm(eval_fn, params, corpus.split(s), seq_len=seq_len,
+                           batch_size=batch_size, mesh=mesh) for s in splits}

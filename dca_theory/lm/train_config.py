@@ -15,7 +15,7 @@ COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class LMTrainConfig:
     """Everything about a training run except the model.
 
     ``seq_len=None`` uses the model's ``max_len``. ``batch_size`` is the global batch (summed
@@ -49,10 +49,10 @@ class TrainConfig:
     fsdp: bool = False
     progress: bool = True
 
-    def replace(self, **changes) -> TrainConfig:
+    def replace(self, **changes) -> LMTrainConfig:
         return dataclasses.replace(self, **changes)
 
-    def validate(self) -> TrainConfig:
+    def validate(self) -> LMTrainConfig:
         """Raise a one-line ValueError naming the first bad field and its valid range."""
         positive = ("batch_size", "steps", "grad_accum", "log_every", "eval_every",
                     "checkpoint_every", "keep_checkpoints", "bpe_vocab_size")
@@ -85,10 +85,10 @@ class TrainConfig:
         return self
 
 
-TRAIN_PRESETS: dict[str, TrainConfig] = {
+TRAIN_PRESETS: dict[str, LMTrainConfig] = {
     # The paper's LM1B recipe (500k steps of 2048 x 128 tokens): for accelerators.
-    "paper": TrainConfig(),
+    "paper": LMTrainConfig(),
     # A few minutes on a 2-core CPU with the tiny model: validation perplexity visibly falls.
-    "tiny": TrainConfig(batch_size=32, steps=600, warmup_steps=100, log_every=20,
-                        eval_every=100, eval_batches=20, checkpoint_every=200),
+    "tiny": LMTrainConfig(batch_size=32, steps=600, warmup_steps=100, log_every=20,
+                          eval_every=100, eval_batches=20, checkpoint_every=200),
 }

@@ -158,7 +158,7 @@ class ResidualNet(eqx.Module):
         """The input-slot term of the output combination (x, αx, Dx, (b+ReLU(wᵀx))⊙x)."""
         return skip_term(self.combiners[-1], x, stack_size(self.depth, self.k))
 
-    def num_params(self) -> int:
+    def param_count(self) -> int:
         """Trainable parameters at the active ranks: 2 d r_* plus the combiners'."""
         r_star = int(self.mask.sum())
         return 2 * self.dim * r_star + combiner_params(self.kind, self.depth, self.dim, self.k)

@@ -15,10 +15,10 @@ from dca_theory.sim.targets import (
     identity_target,
     spectral_target,
 )
-from dca_theory.sim.train import TrainConfig, evaluate, fit, fit_many, train
+from dca_theory.sim.train import ToyTrainConfig, evaluate_toy, fit, fit_many, train
 
 __all__ = [
-    "BottleneckTeacher", "JacobianRank", "LinearTarget", "TrainConfig", "effective_rank",
-    "evaluate", "fit", "fit_many", "gaussian_target", "identity_target", "jacobian_rank",
+    "BottleneckTeacher", "JacobianRank", "LinearTarget", "ToyTrainConfig", "effective_rank",
+    "evaluate_toy", "fit", "fit_many", "gaussian_target", "identity_target", "jacobian_rank",
     "numerical_rank", "residual_jacobians", "spectral_target", "stable_rank", "train",
 ]

@@ -29,7 +29,7 @@ LOSSES = ("sample", "population")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class ToyTrainConfig:
     """Steps, mini-batch, optimizer (``sgd`` or ``adam``), learning rate, label noise and
     ``loss`` (``sample``: fresh mini-batches; ``population``: exact risk of a linear model)."""
 
@@ -61,7 +61,7 @@ def _layer_weights(params):
     return jax.tree_util.tree_map(lambda a: a is not None and a.ndim == 3, params)
 
 
-def make_optimizer(name: str, learning_rate, weight_decay: float = 0.0):
+def make_toy_optimizer(name: str, learning_rate, weight_decay: float = 0.0):
     """``learning_rate`` may be a traced scalar (so learning rates can be vmapped)."""
     if name == "sgd":
         return optax.sgd(learning_rate)
@@ -89,11 +89,11 @@ def population_mse(model, target) -> Array:
     return (jnp.sum((target.A - A_hat) ** 2) + jnp.sum(target.b**2)) / d
 
 
-def fit(model, target, key: Array, cfg: TrainConfig, learning_rate=None):
+def fit(model, target, key: Array, cfg: ToyTrainConfig, learning_rate=None):
     """Train one model; return ``(trained_model, losses)`` with the loss before every step."""
     lr = cfg.learning_rate if learning_rate is None else learning_rate
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt = make_optimizer(cfg.optimizer, lr, cfg.weight_decay)
+    opt = make_toy_optimizer(cfg.optimizer, lr, cfg.weight_decay)
     dtype = _dtype_of(model)
     dim = model.dim
 
@@ -118,7 +118,7 @@ def fit(model, target, key: Array, cfg: TrainConfig, learning_rate=None):
     return eqx.combine(params, static), losses
 
 
-def _check_inputs(model, target, cfg: TrainConfig) -> None:
+def _check_inputs(model, target, cfg: ToyTrainConfig) -> None:
     check_finite("model parameters", *[
         x for x in jax.tree_util.tree_leaves(model) if eqx.is_inexact_array(x)
     ])
@@ -140,7 +140,7 @@ def _fit_many_jit(models, target, keys, lrs, cfg, target_batched):
 
 
 def fit_many(
-    models, target, keys: Array, cfg: TrainConfig, *, learning_rates=None,
+    models, target, keys: Array, cfg: ToyTrainConfig, *, learning_rates=None,
     target_batched: bool = False,
 ):
     """Train a batch of models (stacked on a leading axis, e.g. built with
@@ -159,13 +159,13 @@ def fit_many(
     return _fit_many_jit(models, target, keys, lr.astype(_dtype_of(models)), cfg, target_batched)
 
 
-def train(model, target, key: Array, cfg: TrainConfig):
+def train(model, target, key: Array, cfg: ToyTrainConfig):
     """Train one model (jit-compiled); see :func:`fit`."""
     _check_inputs(model, target, cfg)
     return eqx.filter_jit(fit)(model, target, key, cfg)
 
 
-def evaluate(model, target, key: Array, *, n: int = 4096, noise_std: float = 0.0) -> Array:
+def evaluate_toy(model, target, key: Array, *, n: int = 4096, noise_std: float = 0.0) -> Array:
     """Test MSE per coordinate on ``n`` fresh inputs x ~ N(0, I)."""
     dtype = _dtype_of(model)
     kx, kn = jax.random.split(key)

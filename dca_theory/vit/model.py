@@ -155,13 +155,13 @@ def retrofit(source: ViT, residual: str, k: int | None = None) -> ViT:
     return eqx.tree_at(rest, out, rest(source), is_leaf=lambda x: x is None)
 
 
-def num_params(model: eqx.Module) -> int:
+def count_params(model: eqx.Module) -> int:
     """Trainable (inexact array) parameters of a model."""
     leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
     return int(sum(leaf.size for leaf in leaves))
 
 
-def count_params(cfg: ViTConfig) -> int:
+def param_count(cfg: ViTConfig) -> int:
     """Parameters of ``ViT(cfg)`` without allocating them (shape evaluation only)."""
     shapes = eqx.filter_eval_shape(ViT, cfg, key=jax.random.PRNGKey(0))
     leaves = jax.tree_util.tree_leaves(shapes)

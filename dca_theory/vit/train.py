@@ -31,7 +31,7 @@ from dca_theory.vit.model import ViT
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class ViTTrainConfig:
     """Optimisation settings. ``eval_every`` steps between test-set evaluations."""
 
     steps: int = 1500
@@ -47,7 +47,7 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"ViTTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.warmup_steps < self.steps:
             raise ValueError(f"warmup_steps must be in [0, steps={self.steps}), "
                              f"got {self.warmup_steps}")
@@ -75,7 +75,7 @@ def masked_weight_decay(rate: float, mask_P: Array) -> optax.GradientTransformat
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(tc: TrainConfig, mask_P: Array) -> optax.GradientTransformation:
+def make_vit_optimizer(tc: ViTTrainConfig, mask_P: Array) -> optax.GradientTransformation:
     """Clipping, then AdamW (= scale_by_adam, decoupled decay, learning rate) on the flat
     parameter vector; ``mask_P`` is 1 where weight decay applies."""
     schedule = optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup_steps, tc.steps, 0.0)
@@ -174,7 +174,7 @@ def make_eval(fm: FlatModels) -> Callable:
     return jax.jit(jax.vmap(one_seed, in_axes=(0, None, None)))
 
 
-def evaluate(eval_fn: Callable, params, split: ImageSplit, batch_size: int = 512):
+def evaluate_vit(eval_fn: Callable, params, split: ImageSplit, batch_size: int = 512):
     """Mean test loss and accuracy per seed, as numpy arrays ``(S,)``."""
     loss = correct = 0.0
     for start in range(0, len(split), batch_size):
@@ -185,7 +185,7 @@ def evaluate(eval_fn: Callable, params, split: ImageSplit, batch_size: int = 512
     return loss / len(split), correct / len(split)
 
 
-def data_orders(n: int, tc: TrainConfig, seeds) -> np.ndarray:
+def data_orders(n: int, tc: ViTTrainConfig, seeds) -> np.ndarray:
     """Per-seed example indices ``(S, steps, B)``: epoch-wise reshuffling without replacement."""
     per_epoch = n // tc.batch_size
     if per_epoch < 1:
@@ -200,9 +200,9 @@ def data_orders(n: int, tc: TrainConfig, seeds) -> np.ndarray:
     return np.stack(orders).astype(np.int32)
 
 
-def train_seeds(cfg: ViTConfig, tc: TrainConfig, train: ImageSplit, test: ImageSplit, seeds,
-                *, log: Callable[..., None] | None = None, desc: str = "train",
-                progress: bool = True) -> dict:
+def train_vit_seeds(cfg: ViTConfig, tc: ViTTrainConfig, train: ImageSplit, test: ImageSplit, seeds,
+                    *, log: Callable[..., None] | None = None, desc: str = "train",
+                    progress: bool = True) -> dict:
     """Train one ViT per seed on ``train``; evaluate on ``test`` every ``eval_every`` steps.
 
     ``log(**metrics)`` (e.g. :meth:`dca_theory.io.RunDir.log`) receives one record per
@@ -214,7 +214,7 @@ def train_seeds(cfg: ViTConfig, tc: TrainConfig, train: ImageSplit, test: ImageS
         raise ValueError("seeds must name at least one seed")
     fm = FlatModels.build(init_models(cfg, seeds))
     params = fm.flat_SxP
-    opt = make_optimizer(tc, fm.mask_P)
+    opt = make_vit_optimizer(tc, fm.mask_P)
     opt_state = jax.vmap(opt.init)(params)
     step, eval_fn = make_step(fm, opt), make_eval(fm)
     orders = data_orders(len(train), tc, seeds)
@@ -233,7 +233,7 @@ def train_seeds(cfg: ViTConfig, tc: TrainConfig, train: ImageSplit, test: ImageS
             running = np.asarray(running)
             if not np.all(np.isfinite(running)):
                 raise FloatingPointError(f"non-finite training loss at step {t} ({desc})")
-            test_loss, test_acc = evaluate(eval_fn, params, test)
+            test_loss, test_acc = evaluate_vit(eval_fn, params, test)
             record = {"step": t, "train_loss": (running / n_since).tolist(),
                       "test_loss": test_loss.tolist(), "test_acc": test_acc.tolist()}
             history.append(record)

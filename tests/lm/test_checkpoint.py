@@ -93,13 +93,13 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path, corpus):
 
 
 def test_checkpoint_holds_state_step_rng_and_data_position(two_step_run, corpus):
-    from dca_theory.lm.optim import make_optimizer
+    from dca_theory.lm.optim import make_lm_optimizer
 
     cfg = _cfg(corpus, steps=2)
     model, tok, model_cfg, train_cfg = lm_train.load_run(two_step_run, build=build_bigram)
     assert model_cfg.vocab_size == tok.vocab_size and train_cfg == cfg
     params = eqx.filter(model, eqx.is_inexact_array)
-    template = (params, make_optimizer(cfg).init(params), jax.random.PRNGKey(123))
+    template = (params, make_lm_optimizer(cfg).init(params), jax.random.PRNGKey(123))
     ckpt = Checkpointer(two_step_run)
     try:
         assert ckpt.latest_step() == 2

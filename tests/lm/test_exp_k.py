@@ -82,10 +82,10 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
 
 def test_alternated_step_times_times_every_config_each_round():
     from dca_theory.lm.config import PRESETS
-    from dca_theory.lm.train_config import TrainConfig
+    from dca_theory.lm.train_config import LMTrainConfig
     from dca_theory.lm.steptime import alternated_step_times
 
-    tc = TrainConfig(batch_size=2, seq_len=8, warmup_steps=1)
+    tc = LMTrainConfig(batch_size=2, seq_len=8, warmup_steps=1)
     cfgs = {"a": (PRESETS["tiny"], tc), "b": (PRESETS["tiny"].replace(n_layers=1), tc)}
     out = alternated_step_times(cfgs, repeats=3, warmup=1)
     assert set(out) == {"a", "b"}

@@ -34,7 +34,7 @@ def add_run(cache, key, residual, *, spikes=(), d_model=64, n_layers=4, data="sh
     np.savez(folder / "curves.npz", loss=loss, grad_norm=grad)
     model = {"residual": residual, "k": k, "grn_gate": "relu", "d_model": d_model,
              "n_layers": n_layers}
-    # PTB is TrainConfig's default dataset, so its records omit "data" (non-default fields only)
+    # PTB is LMTrainConfig's default dataset, so its records omit "data" (non-default fields only)
     train = {"warmup_steps": WARMUP, "steps": STEPS} | ({} if data == "ptb" else {"data": data})
     write_json(folder / "record.json", {"key": key, "label": key, "seeds": [0, 1, 2],
                                         "init_from": init_from, "resolved_model": model,

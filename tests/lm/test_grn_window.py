@@ -15,7 +15,7 @@ from zoo_helpers import F64, logits, perturb, tokens
 from dca_theory.lm.analysis import slot_labels
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import build_model
-from dca_theory.lm.params import count_params, num_params
+from dca_theory.lm.params import count_params, param_count
 
 DEEP = F64.replace(residual="grn_v3", n_layers=6)
 
@@ -75,7 +75,7 @@ def test_window_covering_the_stack_is_the_full_model(getkey):
 @pytest.mark.parametrize("window, grn_input", [(1, False), (2, True), (3, False), (4, True)])
 def test_parameter_count_follows_window(residual, window, grn_input, getkey):
     cfg = F64.replace(residual=residual, grn_window=window, grn_input=grn_input)
-    assert count_params(build_model(cfg, key=getkey())) == num_params(cfg)
+    assert count_params(build_model(cfg, key=getkey())) == param_count(cfg)
 
 
 @pytest.mark.parametrize("changes, match", [

@@ -13,7 +13,7 @@ import pytest
 from zoo_helpers import TINY, L, assert_close_logits, logits, perturb
 
 from dca_theory.lm.model import build_model
-from dca_theory.lm.params import count_params, num_params
+from dca_theory.lm.params import count_params, param_count
 from dca_theory.lm.retrofit import retrofit
 
 
@@ -34,7 +34,7 @@ def test_retrofit_preserves_logits(residual, k, dtype, getkey):
     src = trained_vanilla(cfg, getkey())
     dst = retrofit(src, cfg.replace(residual=residual, k=k))
     assert dst.cfg.residual == residual and dst.cfg.k == k
-    assert count_params(dst) == num_params(dst.cfg)
+    assert count_params(dst) == param_count(dst.cfg)
     toks = jax.random.randint(getkey(), (L,), 0, TINY.vocab_size)
     assert_close_logits(logits(dst, toks), logits(src, toks), dtype)
 

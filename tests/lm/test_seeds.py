@@ -8,12 +8,12 @@ import pytest
 
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.config import PRESETS
-from dca_theory.lm.seeds import init_models, train_seeds
+from dca_theory.lm.seeds import init_models, train_lm_seeds
 from dca_theory.lm.steps import weighted_nll
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
-TC = TrainConfig(data="shakespeare", seq_len=16, batch_size=4, steps=3, warmup_steps=1,
-                 eval_every=2, eval_batches=1, log_every=1, progress=False)
+TC = LMTrainConfig(data="shakespeare", seq_len=16, batch_size=4, steps=3, warmup_steps=1,
+                   eval_every=2, eval_batches=1, log_every=1, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def corpus(data_dir):
 
 def test_seeds_are_independent_and_step0_scores_the_initial_model(corpus):
     cfg = PRESETS["tiny"]
-    both = train_seeds(cfg, TC, (3, 5), corpus=corpus, final_batches=2, keep_params=True)
-    alone = train_seeds(cfg, TC, (5,), corpus=corpus, final_batches=2)
+    both = train_lm_seeds(cfg, TC, (3, 5), corpus=corpus, final_batches=2, keep_params=True)
+    alone = train_lm_seeds(cfg, TC, (5,), corpus=corpus, final_batches=2)
     # seed 5 trained next to seed 3 (vmap) = seed 5 alone; only summation order may differ
     np.testing.assert_allclose(both.loss_SxT[1], alone.loss_SxT[0], rtol=1e-5)
     np.testing.assert_allclose(both.final["test"][1], alone.final["test"][0], rtol=1e-5)
@@ -47,6 +47,6 @@ def test_seeds_are_independent_and_step0_scores_the_initial_model(corpus):
 def test_bad_seeds_and_start_models_are_refused(corpus):
     cfg = PRESETS["tiny"]
     with pytest.raises(ValueError, match="seeds must be distinct"):
-        train_seeds(cfg, TC, (1, 1), corpus=corpus)
+        train_lm_seeds(cfg, TC, (1, 1), corpus=corpus)
     with pytest.raises(ValueError, match="starting models for 2 seeds"):
-        train_seeds(cfg, TC, (1, 2), corpus=corpus, models=[object()])
+        train_lm_seeds(cfg, TC, (1, 2), corpus=corpus, models=[object()])

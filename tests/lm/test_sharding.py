@@ -28,20 +28,20 @@ sys.path.insert(0, sys.argv[1])
 from lm_train_helpers import build_bigram
 from dca_theory.lm import data as lm_data, sharding as shd
 from dca_theory.lm.config import PRESETS
-from dca_theory.lm.optim import make_optimizer
+from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.steps import make_eval_step, make_train_step
-from dca_theory.lm.train_config import TrainConfig
+from dca_theory.lm.train_config import LMTrainConfig
 
 assert len(jax.devices()) == 4, jax.devices()
 cfg = PRESETS["tiny"].replace(vocab_size=64, d_model=16, max_len=16)
-tcfg = TrainConfig(batch_size=8, grad_accum=2, warmup_steps=1)
+tcfg = LMTrainConfig(batch_size=8, grad_accum=2, warmup_steps=1)
 tokens = np.random.default_rng(0).integers(0, 64, 4000).astype(np.int32)
 out = {}
 for name, n, fsdp in [("single", 1, False), ("dp4", 4, False), ("fsdp4", 4, True)]:
     mesh = shd.make_mesh(jax.devices()[:n])
     params, static = eqx.partition(build_bigram(cfg, key=jax.random.PRNGKey(0)),
                                    eqx.is_inexact_array)
-    opt = make_optimizer(tcfg)
+    opt = make_lm_optimizer(tcfg)
     opt_state = opt.init(params)
     psh = shd.state_shardings(params, mesh, fsdp=fsdp)
     osh = shd.state_shardings(opt_state, mesh, fsdp=fsdp)

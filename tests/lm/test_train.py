@@ -17,9 +17,9 @@ from lm_train_helpers import build_bigram, float32
 from dca_theory.lm import data as lm_data
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.config import PRESETS
-from dca_theory.lm.optim import learning_rate, make_optimizer
+from dca_theory.lm.optim import learning_rate, make_lm_optimizer
 from dca_theory.lm.steps import accumulate_gradients, make_grad_fn, make_train_step
-from dca_theory.lm.train_config import TRAIN_PRESETS, TrainConfig
+from dca_theory.lm.train_config import TRAIN_PRESETS, LMTrainConfig
 
 TINY = PRESETS["tiny"].replace(vocab_size=50, d_model=16, max_len=16)
 
@@ -35,23 +35,23 @@ def _batch(batch_size=8, seq_len=16, vocab=50, seed=0):
     return lm_data.train_batch(tokens, seq_len=seq_len, batch_size=batch_size, seed=seed, step=0)
 
 
-def _setup(cfg=TINY, train_cfg=TrainConfig(warmup_steps=10), build=build_bigram):
+def _setup(cfg=TINY, train_cfg=LMTrainConfig(warmup_steps=10), build=build_bigram):
     params, static = eqx.partition(build(cfg, key=jax.random.PRNGKey(0)), eqx.is_inexact_array)
-    opt = make_optimizer(train_cfg)
+    opt = make_lm_optimizer(train_cfg)
     return params, static, opt, opt.init(params)
 
 
 def test_paper_schedule_closed_form():
     # Flax lm1b: linear warm-up to 0.0016 over 1000 steps, then 0.0016 * sqrt(1000 / step).
-    sched = learning_rate(TrainConfig())
+    sched = learning_rate(LMTrainConfig())
     for step, expected in [(0, 0.0), (500, 0.0008), (1000, 0.0016), (4000, 0.0008),
                            (250_000, 0.0016 * np.sqrt(1000 / 250_000))]:
         np.testing.assert_allclose(float(sched(step)), expected, rtol=1e-6)  # f32 arithmetic
-    assert float(learning_rate(TrainConfig(warmup_steps=0))(7)) == pytest.approx(0.0016)
+    assert float(learning_rate(LMTrainConfig(warmup_steps=0))(7)) == pytest.approx(0.0016)
 
 
 def test_paper_adamw_defaults():
-    cfg = TrainConfig()
+    cfg = LMTrainConfig()
     assert (cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay, cfg.lr, cfg.warmup_steps) == \
         (0.9, 0.98, 1e-9, 0.1, 0.0016, 1000)
 
@@ -61,13 +61,13 @@ def test_paper_adamw_defaults():
                                  dict(clip_norm=0.0), dict(seq_len=0)])
 def test_bad_train_config_is_a_one_line_value_error(bad):
     with pytest.raises(ValueError) as err:
-        TrainConfig(**bad).validate()
+        LMTrainConfig(**bad).validate()
     assert "\n" not in str(err.value)
 
 
 def test_jit_and_no_jit_train_step_agree():
     params, static, opt, opt_state = _setup()
-    step = make_train_step(static, opt, TrainConfig(warmup_steps=10, grad_accum=2))
+    step = make_train_step(static, opt, LMTrainConfig(warmup_steps=10, grad_accum=2))
     args = (opt_state, jax.random.PRNGKey(1), _batch(), jnp.int32(3))
     p1, _, m1 = step(params, *args)
     p2, _, m2 = jax.jit(step)(params, *args)
@@ -98,7 +98,7 @@ def test_bf16_compute_tracks_f32():
     batch = _batch()
     losses = {}
     for dtype in ("float32", "bfloat16"):
-        step = jax.jit(make_train_step(static, opt, TrainConfig(compute_dtype=dtype)))
+        step = jax.jit(make_train_step(static, opt, LMTrainConfig(compute_dtype=dtype)))
         new_params, _, m = step(params, opt_state, jax.random.PRNGKey(0), batch, jnp.int32(5))
         losses[dtype] = float(m["loss"])
         # master weights stay f32 whatever the compute dtype
@@ -111,9 +111,9 @@ def test_clipping_bounds_the_update():
     # With b1 = b2 = 0 and eps >> |g|, AdamW's update is -lr * g / eps: linear in the (clipped)
     # gradient, so the parameter change has norm lr * clip_norm / eps.
     params, static, _, _ = _setup()
-    cfg = TrainConfig(clip_norm=1e-3, lr=1.0, warmup_steps=0, weight_decay=0.0, b1=0.0, b2=0.0,
-                      eps=10.0)
-    opt = make_optimizer(cfg)
+    cfg = LMTrainConfig(clip_norm=1e-3, lr=1.0, warmup_steps=0, weight_decay=0.0, b1=0.0, b2=0.0,
+                        eps=10.0)
+    opt = make_lm_optimizer(cfg)
     step = jax.jit(make_train_step(static, opt, cfg))
     new, _, m = step(params, opt.init(params), jax.random.PRNGKey(0), _batch(), jnp.int32(0))
     assert float(m["grad_norm"]) > 0.1  # reported norm is the raw one, far above clip_norm
@@ -124,7 +124,7 @@ def test_clipping_bounds_the_update():
 
 def _golden_losses():
     """Three steps on one batch; the schedule (warm-up 1) gives lr 0 then 0.0016."""
-    cfg = TrainConfig(warmup_steps=1)
+    cfg = LMTrainConfig(warmup_steps=1)
     params, static, opt, opt_state = _setup(train_cfg=cfg)
     step = jax.jit(make_train_step(static, opt, cfg))
     batch, out = _batch(), []
@@ -159,7 +159,7 @@ def test_real_tiny_dca_model_trains_one_step():
     # 2 layers with k = 1: the stack has a "sum of the middle outputs" slot; small to compile
     cfg = PRESETS["tiny"].replace(residual="dca", k=1, n_layers=2, vocab_size=50, max_len=16)
     # warm-up 0: a constant learning rate, so the very first update already moves the weights
-    train_cfg = TrainConfig(warmup_steps=0)
+    train_cfg = LMTrainConfig(warmup_steps=0)
     params, static, opt, opt_state = _setup(cfg, train_cfg, build=lm_train.default_builder)
     step = jax.jit(make_train_step(static, opt, train_cfg))
     # (jit vs eager is checked on the stand-in: eager transformer steps take minutes on CPU)
@@ -183,7 +183,7 @@ def text_corpus(tmp_path):
     return path
 
 
-def small_run(corpus, **changes) -> TrainConfig:
+def small_run(corpus, **changes) -> LMTrainConfig:
     return TRAIN_PRESETS["tiny"].replace(
         data=str(corpus), bpe_vocab_size=260, batch_size=4, steps=6, warmup_steps=2,
         log_every=1, eval_every=3, eval_batches=2, checkpoint_every=2, progress=False,

@@ -79,7 +79,7 @@ def test_padding_is_exact_and_stays_zero(getkey):
     assert np.all(np.asarray(grads.P)[:, :, inactive[0]][0] == 0)
     assert np.all(np.asarray(grads.P).transpose(0, 2, 1)[inactive] == 0)
     assert np.all(np.asarray(grads.Q).transpose(0, 2, 1)[inactive] == 0)
-    assert padded.num_params() == sliced.num_params() == 2 * 8 * 5 + 8 * (1 + 2 + 3)
+    assert padded.param_count() == sliced.param_count() == 2 * 8 * 5 + 8 * (1 + 2 + 3)
 
 
 def test_widths_can_be_vmapped(getkey):

@@ -8,8 +8,8 @@ import pytest
 
 from dca_theory.nets import DeepLinear
 from dca_theory.sim import (
-    TrainConfig,
-    evaluate,
+    ToyTrainConfig,
+    evaluate_toy,
     fit,
     fit_many,
     identity_target,
@@ -24,7 +24,7 @@ F64 = jnp.float64
 def test_fit_many_equals_separate_fits(getkey):
     keys = jax.random.split(getkey(), 2)
     nets = eqx.filter_vmap(lambda k: DeepLinear(6, 2, 2, kind="grn_v1", dtype=F64, key=k))(keys)
-    cfg = TrainConfig(steps=20, batch_size=8, optimizer="adam", learning_rate=1e-2)
+    cfg = ToyTrainConfig(steps=20, batch_size=8, optimizer="adam", learning_rate=1e-2)
     target = identity_target(6, F64)
     _, losses = fit_many(nets, target, keys, cfg)
     for i in range(2):
@@ -41,7 +41,7 @@ def test_resnet_reaches_eckart_young_optimum(getkey):
     lam = np.linalg.eigvalsh(np.asarray(target.A) - np.eye(d))[::-1]
     optimum = np.sum(lam[r_star:] ** 2)
     net = DeepLinear(d, 1, 2, kind="res", dtype=F64, key=getkey())
-    cfg = TrainConfig(steps=3000, optimizer="adam", learning_rate=1e-2, loss="population")
+    cfg = ToyTrainConfig(steps=3000, optimizer="adam", learning_rate=1e-2, loss="population")
     trained, losses = train(net, target, getkey(), cfg)
     risk = float(np.sum((np.asarray(trained.end_to_end_matrix()) - np.asarray(target.A)) ** 2))
     assert losses[-1] < losses[0]
@@ -55,9 +55,9 @@ def test_evaluate_noise_floor(getkey):
     net = DeepLinear(5, 1, 1, kind="res", dtype=F64, key=getkey())
     net = eqx.tree_at(lambda m: m.P, net, jnp.zeros_like(net.P))  # exactly the identity
     target = identity_target(5, F64)
-    assert float(evaluate(net, target, getkey(), n=256)) == 0.0
+    assert float(evaluate_toy(net, target, getkey(), n=256)) == 0.0
     # MSE of pure N(0, 0.5^2) noise over 20480 draws: 0.25 within 5 SEM (SEM = 0.25*sqrt(2/n)).
-    mse = float(evaluate(net, target, getkey(), n=4096, noise_std=0.5))
+    mse = float(evaluate_toy(net, target, getkey(), n=4096, noise_std=0.5))
     assert abs(mse - 0.25) < 5 * 0.25 * np.sqrt(2 / (4096 * 5))
 
 
@@ -73,19 +73,19 @@ def test_evaluate_noise_floor(getkey):
 )
 def test_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**kwargs)
+        ToyTrainConfig(**kwargs)
 
 
 def test_population_loss_needs_linear(getkey):
     net = DeepLinear(4, 1, 1, kind="grn_v3", dtype=F64, key=getkey())
     with pytest.raises(ValueError, match="grn_v3"):
-        train(net, identity_target(4, F64), getkey(), TrainConfig(loss="population"))
+        train(net, identity_target(4, F64), getkey(), ToyTrainConfig(loss="population"))
 
 
 def test_grn_v3_gate_gets_no_gradient_from_the_paper_init(getkey):
     """w = 0 with ReLU'(0) = 0: the gate never moves, so trained GRN-v3 equals GRN-v2."""
     key, kt = getkey(), getkey()
-    cfg = TrainConfig(steps=30, batch_size=16, optimizer="adam", learning_rate=1e-2)
+    cfg = ToyTrainConfig(steps=30, batch_size=16, optimizer="adam", learning_rate=1e-2)
     target = spectral_target(6, 0.5, 1.0, key=getkey(), dtype=F64)
     v3, _ = train(DeepLinear(6, 1, 2, kind="grn_v3", dtype=F64, key=key), target, kt, cfg)
     v2, _ = train(DeepLinear(6, 1, 2, kind="grn_v2", dtype=F64, key=key), target, kt, cfg)

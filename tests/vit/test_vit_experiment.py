@@ -6,7 +6,7 @@ import pytest
 
 import experiments.vit_digits as exp
 from dca_theory.io import read_json, read_jsonl
-from dca_theory.vit.train import TrainConfig
+from dca_theory.vit.train import ViTTrainConfig
 
 
 def check_run(path, n_seeds):
@@ -27,8 +27,8 @@ def test_tiny_run_writes_a_complete_run_directory(tmp_path, monkeypatch):
     # The quick spec shrunk further (1 layer, 40 steps) so the default test set stays fast; the
     # real quick mode is the slow test below.
     tiny = {"model": exp.QUICK["model"].replace(n_layers=1), "seeds": (0, 1),
-            "train": TrainConfig(steps=40, batch_size=64, lr=5e-3, warmup_steps=4,
-                                 eval_every=20)}
+            "train": ViTTrainConfig(steps=40, batch_size=64, lr=5e-3, warmup_steps=4,
+                                    eval_every=20)}
     monkeypatch.setattr(exp, "QUICK", tiny)
     path = exp.main(quick=True, out=tmp_path / "vit_digits")
     check_run(path, n_seeds=2)

@@ -16,7 +16,7 @@ import pytest
 from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
 from dca_theory.residual import make_combiner
 from dca_theory.vit.config import PRESETS, ViTConfig, preset
-from dca_theory.vit.model import ViT, count_params, num_params, patchify, retrofit, sincos_2d
+from dca_theory.vit.model import ViT, count_params, param_count, patchify, retrofit, sincos_2d
 
 TINY64 = preset("digits_tiny", param_dtype="float64")
 
@@ -153,15 +153,15 @@ def test_s16_parameter_count():
     d, f, depth = 384, 1536, 12
     per_block = 4 * d * d + (d * f + f) + (f * d + d) + 2 * 2 * d
     expected = (16 * 16 * 3 * d + d) + depth * per_block + 2 * d + (d * 1000 + 1000)
-    assert count_params(PRESETS["s16"]) == expected == 21_956_200  # "22M" in the paper
+    assert param_count(PRESETS["s16"]) == expected == 21_956_200  # "22M" in the paper
     # DCA adds 3 GRN-v3 and 2 LayerNorms per block and one output GRN-v3 (stack sizes t+1).
     grn = sum(3 * ((t + 1) * d + d) + 2 * 2 * d for t in range(depth)) + (depth + 1) * d + d
-    assert count_params(preset("s16", residual="dca")) == expected + grn
+    assert param_count(preset("s16", residual="dca")) == expected + grn
 
 
-def test_count_params_matches_built_model(getkey):
+def test_param_count_matches_built_model(getkey):
     cfg = preset("digits_tiny", residual="dca")
-    assert count_params(cfg) == num_params(ViT(cfg, key=getkey()))
+    assert param_count(cfg) == count_params(ViT(cfg, key=getkey()))
 
 
 @pytest.mark.parametrize("changes,match", [

@@ -7,7 +7,7 @@ import pytest
 from dca_theory.vit.config import preset
 from dca_theory.vit.data import ImageSplit, load_digits
 from dca_theory.vit.model import ViT
-from dca_theory.vit.train import TrainConfig, data_orders, decay_mask, train_seeds
+from dca_theory.vit.train import ViTTrainConfig, data_orders, decay_mask, train_vit_seeds
 
 ONE_LAYER = preset("digits_tiny", n_layers=1)
 
@@ -31,7 +31,7 @@ def test_decay_mask_selects_weight_matrices_only():
 
 
 def test_data_orders_are_epoch_permutations():
-    tc = TrainConfig(steps=7, batch_size=4, warmup_steps=1)
+    tc = ViTTrainConfig(steps=7, batch_size=4, warmup_steps=1)
     orders = data_orders(10, tc, seeds=[0, 1])  # 2 batches per epoch (2 examples dropped)
     assert orders.shape == (2, 7, 4)
     for seed_order in orders:
@@ -46,8 +46,8 @@ def test_data_orders_are_epoch_permutations():
 @pytest.mark.slow  # the experiment smoke test checks the same for both kinds, faster
 def test_training_lowers_the_loss(small_digits):
     train, test = small_digits
-    tc = TrainConfig(steps=60, batch_size=32, lr=5e-3, warmup_steps=5, eval_every=30)
-    r = train_seeds(ONE_LAYER, tc, train, test, seeds=[0, 1], progress=False)
+    tc = ViTTrainConfig(steps=60, batch_size=32, lr=5e-3, warmup_steps=5, eval_every=30)
+    r = train_vit_seeds(ONE_LAYER, tc, train, test, seeds=[0, 1], progress=False)
     # The zero-initialised head starts every model at loss ln 10 = 2.303 and accuracy ~0.1;
     # 60 AdamW steps must move both clearly. Observed: loss 1.84-1.91, accuracy 0.37-0.42;
     # the thresholds leave room for platform rounding.
@@ -58,15 +58,15 @@ def test_training_lowers_the_loss(small_digits):
 @pytest.mark.slow
 def test_seeds_are_independent_of_their_batch_mates(small_digits):
     train, test = small_digits
-    tc = TrainConfig(steps=10, batch_size=32, lr=3e-3, warmup_steps=2, eval_every=10)
-    both = train_seeds(ONE_LAYER, tc, train, test, seeds=[0, 1], progress=False)
-    alone = train_seeds(ONE_LAYER, tc, train, test, seeds=[1], progress=False)
+    tc = ViTTrainConfig(steps=10, batch_size=32, lr=3e-3, warmup_steps=2, eval_every=10)
+    both = train_vit_seeds(ONE_LAYER, tc, train, test, seeds=[0, 1], progress=False)
+    alone = train_vit_seeds(ONE_LAYER, tc, train, test, seeds=[1], progress=False)
     # Same seed, same init and data order: equal up to float32 rounding of batched matmuls.
     np.testing.assert_allclose(both["test_loss"][1], alone["test_loss"][0], rtol=1e-4)
 
 
 def test_bad_train_config():
     with pytest.raises(ValueError, match=r"warmup_steps must be in \[0, steps=10\)"):
-        TrainConfig(steps=10, warmup_steps=10)
+        ViTTrainConfig(steps=10, warmup_steps=10)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        TrainConfig(batch_size=0)
+        ViTTrainConfig(batch_size=0)
