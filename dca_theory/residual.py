@@ -3,19 +3,25 @@ r"""The residual operator: one definition shared by the theory, the toy nets and
 Paper, Section 3 (see ``shared/reference/dca-paper.md`` §2.1–2.3). A residual network keeps the
 *stack* of all previous layer outputs
 
-.. math::  G_t = [x, f_1, \dots, f_{t-1}]   \qquad (\text{oldest first; the paper lists newest first})
+.. math::  G_t = [x, f_1, \dots, f_{t-1}]  \qquad (\text{oldest first; the paper: newest first})
 
-and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`:
+and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`. Each scheme with a
+stack combiner (:mod:`dca_theory.schemes`: ``base``, ``vanilla``/``res``, ``grn_v1``,
+``grn_v2``, ``grn_v3``) is one final class below, built by :func:`make_combiner`:
 
-==========  =====================================================  =====================  =========
-kind        combination                                            parameters             init
-==========  =====================================================  =====================  =========
-``base``    newest entry only (no residual)                         none                   --
-``res``     :math:`\sum_i h_i` (plain ResNet sum)                   none                   --
-``grn_v1``  :math:`\sum_i b_i h_i`                                  :math:`b\in R^{s}`     b = 1
-``grn_v2``  :math:`\sum_i b_i \odot h_i`                            :math:`b\in R^{s\times d}`  b = 1
-``grn_v3``  :math:`\sum_i (b_i + \mathrm{ReLU}(w^\top h_i)) \odot h_i`  :math:`b\in R^{s\times d}, w\in R^d`  b = 1, w = 0
-==========  =====================================================  =====================  =========
+==============  =========================================================  ===================
+class           combination                                                init
+==============  =========================================================  ===================
+``NewestOnly``  newest entry only (no residual)                            --
+``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                      --
+``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                 b = 1
+``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`   b = 1
+``GRNv3``       :math:`\sum_i (b_i + \mathrm{gate}(w^\top h_i)) \odot h_i`   b = 1, w = 0
+==============  =========================================================  ===================
+
+The GRN formula itself is :mod:`dca_theory.grn_formula` (shared with the theory's numpy mirror
+and the LM's fast path); parameter counts come from
+:meth:`dca_theory.schemes.Scheme.combiner_params`.
 
 At initialisation every GRN equals the plain residual sum exactly.
 
@@ -33,7 +39,7 @@ the feature axis ``D`` last. A combiner maps such a stack to ``(*batch, D)``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx

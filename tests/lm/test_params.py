@@ -5,8 +5,6 @@ import pytest
 
 from dca_theory import schemes
 from dca_theory.lm.config import PRESETS
-
-LM_RESIDUALS = schemes.names(lm=True)
 from dca_theory.lm.model import build_model
 from dca_theory.lm.params import (
     PAPER_REPORTED_M,
@@ -18,6 +16,7 @@ from dca_theory.lm.params import (
 )
 
 PAPER, TINY = PRESETS["paper"], PRESETS["tiny"]
+LM_RESIDUALS = schemes.names(lm=True)
 VARIANTS = [(r, None) for r in LM_RESIDUALS] + [("dca", 0), ("dca", 1), ("dca", 2), ("dca", 9)]
 
 
