@@ -20,8 +20,9 @@ scheme (aliases)       family    layer input                                    
 ``laurel_pa``          baseline  LAuReL previous-activations                         LM
 =====================  ========  ===================================================  =========
 
-"toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) and are what the
-theory (§4) talks about; "LM" schemes are ``ModelConfig.residual`` kinds, also used by the ViT.
+"toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) used by the toy nets;
+``theory=True`` marks the ones Section 4 analyses (the five above with "toy"); "LM" schemes are
+``ModelConfig.residual`` kinds, also used by the ViT.
 
 **Adding a GRN-like scheme** takes three places (CONTRIBUTING.md walks through one): a row in
 :data:`SCHEMES` below, its combiner class in :mod:`dca_theory.residual`, and its coefficient in
@@ -57,7 +58,8 @@ class Scheme:
     color: str  # matplotlib colour; one per scheme across every figure
     summary: str  # one line for listings (``dca-theory lm info``, CONTRIBUTING.md)
     aliases: tuple[str, ...] = ()
-    toy: bool = False  # has a stack combiner: toy nets and the theory's linear model
+    toy: bool = False  # has a stack combiner (dca_theory.residual): the toy nets
+    theory: bool = False  # analysed in Section 4 (expressivity classes, risk, trade-offs)
     lm: bool = False  # a ``ModelConfig.residual`` kind (LM and ViT)
     takes_k: bool = False  # a k-truncated stack (k-DCA) applies
     grn_window: bool = False  # Table 9's restricted GRN stacks apply
@@ -86,15 +88,15 @@ class Scheme:
 
 SCHEMES: tuple[Scheme, ...] = (
     Scheme("base", "plain", "no residual", "#9467bd", "the newest layer output only",
-           toy=True),
+           toy=True, theory=True),
     Scheme("vanilla", "plain", "vanilla", "#4c4c4c", "plain residual sum (ResNet, pre-LN)",
-           aliases=("res",), toy=True, lm=True, retrofit=True),
+           aliases=("res",), toy=True, theory=True, lm=True, retrofit=True),
     Scheme("grn_v1", "grn", "GRN-v1", "#1f77b4", "one scalar weight per stack entry",
-           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar"),
+           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar"),
     Scheme("grn_v2", "grn", "GRN-v2", "#d62728", "one weight vector per stack entry",
-           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="vector"),
+           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector"),
     Scheme("grn_v3", "grn", "GRN-v3", "#2ca02c", "GRN-v2 plus an input-dependent ReLU gate",
-           toy=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
+           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
            gate_vector=True),
     Scheme("dca", "dca", "DCA", "#ff7f0e", "three GRN-v3 per block for queries, keys, values",
            lm=True, takes_k=True, retrofit=True),
@@ -115,8 +117,8 @@ def names(*, family: str | None = None, **flags: bool) -> tuple[str, ...]:
     equal ``flags`` (e.g. ``names(lm=True, retrofit=True)``), in table order."""
     for flag in flags:
         if not isinstance(getattr(SCHEMES[0], flag, None), bool):
-            raise ValueError(f"unknown scheme property {flag!r}; valid: toy, lm, takes_k, "
-                             "grn_window, retrofit, gate_vector")
+            raise ValueError(f"unknown scheme property {flag!r}; valid: toy, theory, lm, "
+                             "takes_k, grn_window, retrofit, gate_vector")
     return tuple(
         s.name for s in SCHEMES
         if all(getattr(s, k) == v for k, v in flags.items())

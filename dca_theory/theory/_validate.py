@@ -13,8 +13,8 @@ from dca_theory import schemes
 # Section 4 calls the plain residual sum "res" (ResNet); the registry's canonical name is
 # "vanilla", with "res" as its alias. The theory keeps the paper's spelling.
 _THEORY_SPELLING = {"vanilla": "res"}
-GRN_KINDS = schemes.names(toy=True, family="grn")
-ALL_KINDS = tuple(_THEORY_SPELLING.get(n, n) for n in schemes.names(toy=True))
+GRN_KINDS = schemes.names(theory=True, family="grn")
+ALL_KINDS = tuple(_THEORY_SPELLING.get(n, n) for n in schemes.names(theory=True))
 CONSTANTS = ("corrected", "paper")
 LEMMAS = ("paper", "tight")
 
