@@ -134,6 +134,12 @@ class AbstractCombiner(eqx.Module):
     def on_stack(self, stack: ResidualStack) -> Float[Array, "*batch D"]:
         """The combination of a :class:`ResidualStack` (without stacking where possible)."""
 
+    @classmethod
+    @abc.abstractmethod
+    def identity(cls, size: int, dim: int, *, dtype, gate: str) -> AbstractCombiner:
+        """The combiner at the paper's initialisation, where it equals the plain sum (or, for
+        ``base``, the newest entry)."""
+
     def param_count(self) -> int:
         return schemes.get(self.kind).combiner_params(self.size, self.dim)
 
@@ -162,6 +168,10 @@ class NewestOnly(AbstractCombiner):
     def on_stack(self, stack):
         return stack.newest()
 
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate):
+        return cls(size=size, dim=dim)
+
 
 class PlainSum(AbstractCombiner):
     """``vanilla`` (``res``): the plain residual sum of every entry."""
@@ -179,6 +189,10 @@ class PlainSum(AbstractCombiner):
 
     def on_stack(self, stack):
         return stack.total()  # the recursive sum: no stacked copy
+
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate):
+        return cls(size=size, dim=dim)
 
 
 class AbstractGRN(AbstractCombiner):
@@ -212,6 +226,10 @@ class GRNv1(AbstractGRN):
     w: None = None
     gate: str = eqx.field(static=True, default="relu")  # unused: no gate
 
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate):
+        return cls(b=jnp.ones((size,), dtype), size=size, dim=dim)
+
 
 class GRNv2(AbstractGRN):
     """``grn_v2``: one vector ``b_i`` per entry, ``b`` of shape ``(S, D)``."""
@@ -222,6 +240,10 @@ class GRNv2(AbstractGRN):
     dim: int = eqx.field(static=True)
     w: None = None
     gate: str = eqx.field(static=True, default="relu")  # unused: no gate
+
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate):
+        return cls(b=jnp.ones((size, dim), dtype), size=size, dim=dim)
 
 
 class GRNv3(AbstractGRN):
@@ -234,6 +256,11 @@ class GRNv3(AbstractGRN):
     size: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     gate: str = eqx.field(static=True, default="relu")
+
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate):
+        return cls(b=jnp.ones((size, dim), dtype), w=jnp.zeros((dim,), dtype), size=size,
+                   dim=dim, gate=gate)
 
 
 #: the combiner class of each scheme, by canonical name (see :mod:`dca_theory.schemes`)
@@ -259,20 +286,17 @@ def make_combiner(
         raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
     if init not in ("identity", "random"):
         raise ValueError(f"init must be 'identity' or 'random', got {init!r}")
-    if not issubclass(cls, AbstractGRN):
-        return cls(size=size, dim=dim)
-    b = jnp.ones((size,) if cls is GRNv1 else (size, dim), dtype)
-    w = jnp.zeros((dim,), dtype) if cls is GRNv3 else None
-    if init == "random":
+    combiner = cls.identity(size, dim, dtype=dtype, gate=gate)
+    if init == "random" and isinstance(combiner, AbstractGRN):
         if key is None:
             raise ValueError("init='random' needs a PRNG key")
         kb, kw = jax.random.split(key)
-        b = b + 0.1 * jax.random.normal(kb, b.shape, dtype)
-        if w is not None:
-            w = w + 0.1 * jax.random.normal(kw, w.shape, dtype)
-    if cls is GRNv3:
-        return GRNv3(b=b, w=w, size=size, dim=dim, gate=gate)
-    return cls(b=b, size=size, dim=dim)
+        noise = 0.1 * jax.random.normal(kb, combiner.b.shape, dtype)
+        combiner = eqx.tree_at(lambda c: c.b, combiner, combiner.b + noise)
+        if combiner.w is not None:
+            noise = 0.1 * jax.random.normal(kw, combiner.w.shape, dtype)
+            combiner = eqx.tree_at(lambda c: c.w, combiner, combiner.w + noise)
+    return combiner
 
 
 class ResidualStack(eqx.Module):
