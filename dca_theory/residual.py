@@ -221,7 +221,7 @@ class ResidualStack(eqx.Module):
 
     def push(self, f: Float[Array, "*batch D"], add=jnp.add) -> ResidualStack:
         """The stack with ``f`` on top; ``add(middle, oldest)`` folds an output leaving the
-        k-window into the middle sum (see :func:`~dca_theory.residual_fused.separate_add`)."""
+        k-window into the middle sum (see :func:`~dca_theory.lm.fast_path.separate_add`)."""
         recent, middle = self.recent + (f,), self.middle
         if self.k is not None and len(recent) > self.k:
             oldest, recent = recent[0], recent[1:]

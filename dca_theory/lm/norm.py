@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from dca_theory.residual_fused import grn_arguments, grn_backward, grn_forward, separate_add
+from dca_theory.lm.fast_path import grn_arguments, grn_backward, grn_forward, separate_add
 
 
 def _row(p: Array, x: Array) -> Array:
@@ -129,7 +129,7 @@ _grn_norm.defvjp(_grn_norm_fwd, _grn_norm_bwd)
 def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple, tuple]:
     """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j, G)`` over a tuple of stack entries ``G``, with the
     lean backward pass described above. The entries come back unchanged: read the stack
-    through them afterwards (see :func:`dca_theory.residual_fused.combine_threaded`).
+    through them afterwards (see :func:`dca_theory.lm.fast_path.combine_threaded`).
     ``norms`` are LayerNorm modules (``scale``, ``bias``, ``eps``; one ``eps`` for all), cast
     to ``stat_dtype`` for the statistics."""
     gate, bs, ws = grn_arguments(combiners, tuple(entries))

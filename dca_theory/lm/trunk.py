@@ -50,7 +50,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.residual import Combiner, ResidualStack, make_combiner, stack_size
-from dca_theory.residual_fused import combine_entries, combine_threaded, separate_add
+from dca_theory.lm.fast_path import combine_entries, combine_threaded, separate_add
 
 States = dict[str, Array]
 GRN_RESIDUALS: tuple[str, ...] = ("grn_v1", "grn_v2", "grn_v3")
@@ -120,7 +120,7 @@ class ResidualTrunk(AbstractTrunk):
 
     def _combine(self, grn: Combiner, stack: ResidualStack):
         """``(GRN output, stack)``; fused GRNs hand back the stack to read from now on (see
-        :func:`~dca_theory.residual_fused.combine_threaded`)."""
+        :func:`~dca_theory.lm.fast_path.combine_threaded`)."""
         window = self._window(stack)
         if self.cfg.grn_impl != "fused":
             return grn(jnp.stack(window)), stack

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dca_theory.residual import GATES, ResidualStack, make_combiner
-from dca_theory.residual_fused import combine_entries, separate_add
+from dca_theory.lm.fast_path import combine_entries, separate_add
 
 RTOL = 1e-12
 
