@@ -105,6 +105,9 @@ def _gate_open(gate: str, pre: Array) -> Array:
     return (pre >= 0) if gate == "relu_open" else (pre > 0)
 
 
+# --- separate_add: a sum kept out of XLA's fusions (trick 1) ------------------------------------
+
+
 @jax.custom_batching.custom_vmap
 def _add_in_conditional(a: Array, b: Array, token: Array) -> Array:
     pred = jnp.isfinite(token.reshape(-1)[0])
@@ -144,6 +147,9 @@ def _separate_add_bwd(token, g):
 
 
 separate_add.defvjp(_separate_add_fwd, _separate_add_bwd)
+
+
+# --- Fused GRNs over a tuple of entries ---------------------------------------------------------
 
 
 def _gated(ws: tuple) -> tuple[list[int], Array | None]:
@@ -264,7 +270,7 @@ def combine_threaded(combiners, entries: Entries) -> tuple[tuple[Array, ...], En
     return _combine(gate, tuple(entries), bs, ws)
 
 
-# --- GRNs followed by LayerNorms (a DCA block's q̃, k̃, ṽ and their LN_q, LN_k, LN_v) ---------
+# --- GRNs followed by LayerNorms (a DCA block's q̃, k̃, ṽ and their LN_q, LN_k, LN_v) -----------
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -319,7 +325,7 @@ def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple,
     return _grn_norm(gate, eps.pop(), stat_dtype, tuple(entries), bs, ws, scales, biases)
 
 
-# --- The entry points: one call for either path (``ModelConfig.grn_impl``) -----------------
+# --- The entry points: one call for either path (``ModelConfig.grn_impl``) ----------------------
 
 
 def _fused(grn_impl: str) -> bool:
