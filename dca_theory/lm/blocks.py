@@ -50,7 +50,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.norm import grn_layer_norm, layer_norm
+from dca_theory.lm.fast_path import combine_and_norm
+from dca_theory.lm.norm import layer_norm
 from dca_theory.residual import AbstractCombiner, make_combiner
 
 
@@ -257,35 +258,25 @@ class DCABlock(eqx.Module):
             ln_h=block.ln2, mlp=block.mlp, rate=block.rate,
         )
 
-    def attention_inputs(self, stack: Array | tuple[Array, ...], *, fused: bool = True):
+    def attention_inputs(self, stack: Array | tuple[Array, ...], *, grn_impl: str = "fused"):
         """``((LN_q(q̃), LN_k(k̃), LN_v(ṽ)), (q̃, k̃, ṽ), entries)`` from the stack, given as an
-        ``S×L×D`` array or a tuple of entries; ``entries`` is the stack's tuple of entries.
-
-        ``fused`` (the default) computes the three GRNs and their LayerNorms in one pass over
-        the entries, without stacking them, with a backward pass that keeps only the entries
-        and the gate pre-activations (:func:`dca_theory.lm.norm.grn_layer_norm`); read the
-        stack through the returned entries afterwards. ``fused=False`` is the straightforward
-        reference: three :class:`AbstractCombiner` calls on the stacked array, then the three
-        LayerNorms. Same values and gradients.
+        ``S×L×D`` array or a tuple of entries: three :class:`AbstractCombiner` calls on the stacked
+        entries, then the three LayerNorms. ``entries`` is the stack's tuple of entries, to
+        read the stack through from now on. ``grn_impl`` picks the path (same values and
+        gradients; the fused one is described in :mod:`dca_theory.lm.fast_path`).
         """
         grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)
-        if not fused:
-            stack_SxLxD = stack if isinstance(stack, jax.Array) else jnp.stack(stack)
-            raw = tuple(g(stack_SxLxD) for g in grns)
-            return tuple(n(x) for n, x in zip(norms, raw)), raw, tuple(stack)
-        stat_dtype = jnp.promote_types(self.ln_q.scale.dtype, jnp.float32)
-        normed, raw, entries = grn_layer_norm(grns, norms, tuple(stack), stat_dtype)
-        return tuple(x.astype(n.scale.dtype) for n, x in zip(norms, normed)), raw, entries
+        return combine_and_norm(grns, norms, tuple(stack), grn_impl)
 
     def apply(
         self, stack: Array | tuple[Array, ...], *, causal: bool,
-        key: PRNGKeyArray | None = None, fused: bool = True,
+        key: PRNGKeyArray | None = None, grn_impl: str = "fused",
     ) -> tuple[Float[Array, "L D"], Float[Array, "L D"], tuple[Array, ...]]:
         """``(o, q̃, entries)``: the new stack entry, the query input and the stack's entries
         (to read the stack through from now on; see :meth:`attention_inputs`)."""
         k_att, k_drop, k_mlp = split_or_none(key, 3)
         (qn_LxD, kn_LxD, vn_LxD), (q_LxD, _, _), entries = self.attention_inputs(
-            stack, fused=fused)
+            stack, grn_impl=grn_impl)
         a_LxD = self.attn(qn_LxD, kn_LxD, vn_LxD, causal=causal, key=k_att)
         a_LxD = dropout(a_LxD, self.rate, k_drop).astype(q_LxD.dtype)
         h_LxD = self.ln_h(a_LxD + q_LxD)
@@ -294,7 +285,7 @@ class DCABlock(eqx.Module):
 
     def __call__(
         self, stack: Array | tuple[Array, ...], *, causal: bool,
-        key: PRNGKeyArray | None = None, fused: bool = True,
+        key: PRNGKeyArray | None = None, grn_impl: str = "fused",
     ) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """Return ``(o, q̃)``: the new stack entry and the query input (for analysis)."""
-        return self.apply(stack, causal=causal, key=key, fused=fused)[:2]
+        return self.apply(stack, causal=causal, key=key, grn_impl=grn_impl)[:2]

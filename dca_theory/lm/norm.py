@@ -13,7 +13,8 @@ same function with a custom JVP whose reverse mode keeps ``x̂ = (x - μ)/σ`` a
            \bar\beta = \textstyle\sum \bar y ,
 
 with overlines over ``D`` meaning feature means. Statistics are computed in ``stat_dtype``
-(at least float32); tests compare values and gradients with the reference in float64.
+(at least float32); tests compare values and gradients with the reference in float64. DCA
+blocks fuse it with their GRNs on the fast path (:mod:`dca_theory.lm.fast_path`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import functools
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
-
-from dca_theory.residual_fused import grn_arguments, grn_backward, grn_forward, separate_add
 
 
 def _row(p: Array, x: Array) -> Array:
@@ -76,67 +75,3 @@ def _layer_norm_jvp(eps, stat_dtype, primals, tangents):
     dy = dxhat * _row(scale, xhat) + xhat * _row(d_scale, xhat) + _row(d_bias, xhat)
     return y, dy
 
-
-# --- GRNs followed by LayerNorms (a DCA block's q̃, k̃, ṽ and their LN_q, LN_k, LN_v) ---------
-#
-# The pair's backward pass keeps neither the GRN outputs nor the normalised ones: it keeps the
-# stack entries (alive anyway as layer outputs) and the gate pre-activations, and recomputes
-# the rest. The LayerNorm outputs themselves are kept by the
-# attention projections that read them, as in a pre-LN block.
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _grn_norm(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
-    outs, _ = grn_forward(gate, entries, bs, ws)
-    normed = tuple(layer_norm(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases))
-    return normed, outs, entries
-
-
-def _grn_norm_fwd(gate, eps, stat_dtype, entries, bs, ws, scales, biases):
-    outs, pres = grn_forward(gate, entries, bs, ws)
-    normed = tuple(layer_norm(y, s, b, eps, stat_dtype) for y, s, b in zip(outs, scales, biases))
-    return (normed, outs, entries), (entries, bs, ws, pres, scales, biases)
-
-
-def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
-    entries, bs, ws, pres, scales, biases = residuals
-    d_normed, d_outs, d_through = cotangents
-    # Recompute the GRN outputs (O(S) elementwise work). XLA:CPU drops optimisation barriers
-    # before common-subexpression elimination, so a plain recomputation would be merged with
-    # the forward pass's and its results kept alive until here after all (as jax.checkpoint
-    # is, on CPU). Adding 0 · (a cotangent element) makes the recomputation a different
-    # expression that depends on the cotangents: it cannot be merged or scheduled early. The
-    # value is unchanged (h + 0 = h) unless the cotangent is not finite, when the gradient is
-    # not finite anyway.
-    zero = 0.0 * d_normed[0].reshape(-1)[0].astype(entries[0].dtype)
-    outs, _ = grn_forward(gate, tuple(h + zero for h in entries), bs, ws)
-    d_total, d_scales, d_biases = [], [], []
-    for y, s, b, dn, dy in zip(outs, scales, biases, d_normed, d_outs):
-        # layer_norm's own (JVP-derived) backward pass, on the recomputed GRN output.
-        _, norm_vjp = jax.vjp(lambda y, s, b: layer_norm(y, s, b, eps, stat_dtype), y, s, b)
-        dx, ds, db = norm_vjp(dn.astype(stat_dtype))
-        # Materialised once: the backward pass of every entry reads it.
-        d_total.append(separate_add(dx, dy.astype(dx.dtype), bs[0]))
-        d_scales.append(ds)
-        d_biases.append(db)
-    d_entries, d_bs, d_ws = grn_backward(gate, entries, bs, ws, pres, tuple(d_total), d_through)
-    return d_entries, d_bs, d_ws, tuple(d_scales), tuple(d_biases)
-
-
-_grn_norm.defvjp(_grn_norm_fwd, _grn_norm_bwd)
-
-
-def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple, tuple]:
-    """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j, G)`` over a tuple of stack entries ``G``, with the
-    lean backward pass described above. The entries come back unchanged: read the stack
-    through them afterwards (see :func:`dca_theory.residual_fused.combine_threaded`).
-    ``norms`` are LayerNorm modules (``scale``, ``bias``, ``eps``; one ``eps`` for all), cast
-    to ``stat_dtype`` for the statistics."""
-    gate, bs, ws = grn_arguments(combiners, tuple(entries))
-    eps = {n.eps for n in norms}
-    if len(eps) != 1 or len(norms) != len(combiners):
-        raise ValueError(f"need one LayerNorm per combiner with one eps, got {len(norms)} "
-                         f"norms for {len(combiners)} combiners, eps {sorted(eps)}")
-    scales = tuple(n.scale.astype(stat_dtype) for n in norms)
-    biases = tuple(n.bias.astype(stat_dtype) for n in norms)
-    return _grn_norm(gate, eps.pop(), stat_dtype, tuple(entries), bs, ws, scales, biases)

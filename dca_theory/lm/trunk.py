@@ -40,18 +40,17 @@ kinds only); ``final`` (the trunk output).
 from __future__ import annotations
 
 import abc
-import functools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory import schemes
+from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.fast_path import combine_stack, middle_add
 from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
-from dca_theory.residual_fused import combine_entries, combine_threaded, separate_add
 
 States = dict[str, Array]
 
@@ -119,18 +118,11 @@ class ResidualTrunk(AbstractTrunk):
         return tuple(entries[i] for i in self.cfg.grn_slots(stack.num_outputs))
 
     def _combine(self, grn: AbstractCombiner, stack: ResidualStack):
-        """``(GRN output, stack)``; fused GRNs hand back the stack to read from now on (see
-        :func:`~dca_theory.residual_fused.combine_threaded`)."""
-        window = self._window(stack)
-        if self.cfg.grn_impl != "fused":
-            return grn(jnp.stack(window)), stack
-        (y,), window = combine_threaded((grn,), window)
-        if self.cfg.grn_window is not None:  # entries outside the window are not threaded
-            entries = list(stack.entries())
-            for i, e in zip(self.cfg.grn_slots(stack.num_outputs), window):
-                entries[i] = e
-            window = entries
-        return y, stack.with_entries(window)
+        """``(GRN output, stack to read from now on)``: the GRN over the stack entries of its
+        window (see :func:`~dca_theory.lm.fast_path.combine_stack`)."""
+        slots = None if self.cfg.grn_window is None else self.cfg.grn_slots(stack.num_outputs)
+        (y,), stack = combine_stack((grn,), stack, self.cfg.grn_impl, slots=slots)
+        return y, stack
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
@@ -186,26 +178,20 @@ class DCATrunk(AbstractTrunk):
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
-        fused = self.cfg.grn_impl == "fused"
-        # k-DCA's middle sum, one add per block, is kept out of XLA's fusions (separate_add).
-        add = functools.partial(separate_add, token=self.final.b) if fused else jnp.add
+        impl = self.cfg.grn_impl
+        add = middle_add(impl, token=self.final.b)  # folds k-DCA's middle sum (see fast_path)
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
         for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
-            # Fused: the entries as they are (no per-block copy); reference: stacked once,
-            # serving GRN_q, GRN_k and GRN_v.
-            g = stack.entries() if fused else stack.array()
-            o_LxD, q_LxD, entries = blk.apply(g, causal=causal, key=k, fused=fused)
-            stack = stack.with_entries(entries)  # threaded: see combine_threaded
+            o_LxD, q_LxD, entries = blk.apply(stack.entries(), causal=causal, key=k,
+                                              grn_impl=impl)
+            stack = stack.with_entries(entries)  # the fast path threads them (see fast_path)
             if collect:
                 states |= {f"stack_{t}": stack.array(), f"block_{t}_in": q_LxD,
                            f"block_{t}_out": o_LxD}
             stack = stack.push(o_LxD, add=add)
             if collect:
                 states[f"stream_{t}"] = stack.total()
-        if fused:
-            (h_LxD,) = combine_entries((self.final,), stack.entries())
-        else:
-            h_LxD = self.final(stack.array())
+        (h_LxD,), _ = combine_stack((self.final,), stack, impl)
         if collect:
             states["final"] = h_LxD
         return h_LxD, states

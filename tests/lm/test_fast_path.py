@@ -1,16 +1,39 @@
-"""The fused GRN path equals the straightforward one (stacked array + Combiner), value and
-gradient, in float64 to 1e-12 relative; and it refuses what it cannot compute."""
+"""The fast path's operations (:mod:`dca_theory.lm.fast_path`) equal the reference path, value
+and gradient in float64, and refuse what they cannot compute:
+
+* the fused GRNs (:func:`combine_entries`) against ``Combiner`` calls on the stacked array, to
+  1e-12 relative;
+* DCA's fused GRN + LayerNorm (:func:`grn_layer_norm`) against three ``Combiner`` calls followed
+  by three LayerNorms, to 1e-11 of the largest magnitude;
+* the entry points the trunk and blocks call, on both values of ``grn_impl``;
+* :func:`separate_add`: an exact sum whose XLA conditional survives compilation.
+
+Whole models on both paths: ``test_fast_path_models.py``.
+"""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from zoo_helpers import perturb
 
+from dca_theory.lm.blocks import LayerNorm
+from dca_theory.lm.fast_path import (
+    combine_and_norm,
+    combine_entries,
+    combine_stack,
+    grn_layer_norm,
+    middle_add,
+    separate_add,
+)
 from dca_theory.residual import GATES, ResidualStack, make_combiner
-from dca_theory.residual_fused import combine_entries, separate_add
 
 RTOL = 1e-12
+# Relative to the largest magnitude in the whole compared tree: some gradients are exactly 0
+# in exact arithmetic (e.g. a LayerNorm bias that a softmax ignores) and only rounding noise
+# (~1e-18) on either path.
+TREE_RTOL = 1e-11
 
 
 def _loss_reference(combs, entries):
@@ -24,9 +47,19 @@ def _loss_fused(combs, entries):
 
 
 def _assert_trees_close(a, b):
+    """Each leaf to ``RTOL`` of its own largest magnitude (at least 1)."""
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         scale = max(float(jnp.max(jnp.abs(x))), 1.0)
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=RTOL * scale)
+
+
+def _assert_within_tree_scale(a, b):
+    """Every leaf to ``TREE_RTOL`` of the largest magnitude in the whole tree ``b``."""
+    xs, ys = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(xs) == len(ys)
+    scale = max(float(jnp.max(jnp.abs(y))) for y in ys)
+    for x, y in zip(xs, ys):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=TREE_RTOL * scale)
 
 
 @pytest.mark.parametrize("gate", list(GATES))
@@ -86,6 +119,62 @@ def test_errors(getkey):
     with pytest.raises(ValueError, match="one GRN-v3 gate"):
         combine_entries([make_combiner("grn_v3", 3, 4, gate="relu"),
                          make_combiner("grn_v3", 3, 4, gate="relu_open")], entries)
+
+
+@pytest.mark.parametrize("gate", ["relu", "relu_open"])
+def test_grn_layer_norm_equals_reference(gate, getkey):
+    size, dim = 4, 6
+    entries = tuple(jax.random.normal(getkey(), (5, dim), jnp.float64) for _ in range(size))
+    grns = [make_combiner("grn_v3", size, dim, dtype=jnp.float64, init="random", key=getkey(),
+                          gate=gate) for _ in range(3)]
+    norms = [perturb(LayerNorm.init(dim, 1e-6, jnp.float64), getkey()) for _ in range(3)]
+    weights = [jax.random.normal(getkey(), (5, dim), jnp.float64) for _ in range(6)]
+
+    def fused(grns, norms, entries):
+        normed, raw, _ = grn_layer_norm(grns, norms, entries, jnp.float64)
+        return sum(jnp.sum(jnp.sin(y) * w) for y, w in zip(normed + raw, weights))
+
+    def reference(grns, norms, entries):
+        raw = tuple(g(jnp.stack(entries)) for g in grns)
+        normed = tuple(n(x) for n, x in zip(norms, raw))
+        return sum(jnp.sum(jnp.sin(y) * w) for y, w in zip(normed + raw, weights))
+
+    np.testing.assert_allclose(fused(grns, norms, entries), reference(grns, norms, entries),
+                               rtol=TREE_RTOL)
+    _assert_within_tree_scale(eqx.filter_grad(fused)(grns, norms, entries),
+                              eqx.filter_grad(reference)(grns, norms, entries))
+    _assert_within_tree_scale(jax.grad(fused, argnums=2)(grns, norms, entries),
+                              jax.grad(reference, argnums=2)(grns, norms, entries))
+
+
+def test_entry_points_give_the_same_tuple_on_both_paths(getkey):
+    """combine_stack (windowed: entries outside the window come back untouched),
+    combine_and_norm and middle_add return equal values whatever ``grn_impl``."""
+    dim = 5
+    xs = [jax.random.normal(getkey(), (3, dim), jnp.float64) for _ in range(5)]
+    stack = ResidualStack.start(xs[0], k=2)
+    for x in xs[1:]:
+        stack = stack.push(x)
+    comb = make_combiner("grn_v3", 2, dim, dtype=jnp.float64, init="random", key=getkey())
+    grns = [make_combiner("grn_v3", stack.size, dim, dtype=jnp.float64, init="random",
+                          key=getkey()) for _ in range(3)]
+    norms = [perturb(LayerNorm.init(dim, 1e-6, jnp.float64), getkey()) for _ in range(3)]
+    results = {}
+    for impl in ("fused", "reference"):
+        (y,), after = combine_stack((comb,), stack, impl, slots=(1, 3))
+        assert after.entries()[0] is stack.entries()[0] and after.entries()[2] is stack.entries()[2]
+        tripled = combine_and_norm(grns, norms, stack.entries(), impl)
+        total = middle_add(impl, comb.b)(xs[1], xs[2])
+        results[impl] = (y, after.entries(), tripled, total)
+    _assert_within_tree_scale(results["fused"], results["reference"])
+
+
+def test_entry_points_refuse_an_unknown_grn_impl():
+    stack = ResidualStack.start(jnp.ones((2, 4)))
+    with pytest.raises(ValueError, match="unknown grn_impl 'fast'; valid: fused, reference"):
+        combine_stack((make_combiner("grn_v3", 1, 4),), stack, "fast")
+    with pytest.raises(ValueError, match="unknown grn_impl 'fast'"):
+        middle_add("fast", jnp.ones(1))
 
 
 def _compiled_text(fn, *args) -> str:
