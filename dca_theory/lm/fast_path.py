@@ -88,16 +88,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from dca_theory import grn_formula
 from dca_theory.lm.config import GRN_IMPLS
 from dca_theory.lm.norm import layer_norm
-from dca_theory.residual import GATES, ResidualStack
+from dca_theory.residual import GATES, GRNv1, GRNv2, GRNv3, ResidualStack
+
+#: the combiner classes the fused kernels implement (``b_i (+ gate(w . h_i))`` coefficients)
+FUSED_COMBINERS = (GRNv1, GRNv2, GRNv3)
 
 Entries = tuple[Array, ...]
 
-
-def _per_feature(b_row: Array, h: Array) -> Array:
-    """``b_i`` (a scalar for v1, ``(D,)`` for v2/v3) shaped to broadcast against ``h``."""
-    return b_row.reshape((1,) * (h.ndim - b_row.ndim) + b_row.shape)
 
 
 def _gate_open(gate: str, pre: Array) -> Array:
@@ -161,8 +161,7 @@ def _gated(ws: tuple) -> tuple[list[int], Array | None]:
 def _coefficient(gate: str, b: Array, i: int, h: Array, pre: Array | None, m: int | None):
     """Entry ``i``'s coefficient ``b_i (+ gate(w · h_i))`` in a GRN, shaped to multiply ``h``;
     ``m`` is the GRN's column in ``pre`` (``None`` for v1/v2)."""
-    coef = _per_feature(b[i], h)
-    return coef if m is None else coef + GATES[gate](pre[..., m])[..., None]
+    return grn_formula.coefficient(b[i], h, None if m is None else pre[..., m], GATES[gate])
 
 
 def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
@@ -219,7 +218,7 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
         if v3:
             d_pre = jnp.where(_gate_open(gate, pres[i]), jnp.stack(gate_rows, axis=-1), 0)
             for m in range(len(v3)):
-                dh = dh + d_pre[..., m, None] * _per_feature(w_stack[m], h)
+                dh = dh + d_pre[..., m, None] * grn_formula.per_feature(w_stack[m], h)
             term = jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))  # (n_v3, D)
             d_w = term if d_w is None else d_w + term
         # The entry's running cotangent is materialised here, block by block (tricks 1, 4).
@@ -236,17 +235,18 @@ _combine.defvjp(_combine_fwd, _combine_bwd)
 def grn_arguments(combiners, entries: Entries) -> tuple[str, tuple, tuple]:
     """Check ``combiners`` against ``entries`` and return ``(gate, bs, ws)`` for
     :func:`grn_forward` (one-line ``ValueError`` on a mismatch)."""
-    gates = {c.gate for c in combiners if c.kind == "grn_v3"}
+    gates = {c.gate for c in combiners if isinstance(c, GRNv3)}
     if len(gates) > 1:
         raise ValueError(f"combine_entries needs one GRN-v3 gate, got {sorted(gates)}")
     for c in combiners:
-        if c.kind not in ("grn_v1", "grn_v2", "grn_v3"):
-            raise ValueError(f"combine_entries takes GRN kinds only, got {c.kind!r}")
+        if not isinstance(c, FUSED_COMBINERS):
+            raise ValueError(f"combine_entries takes {', '.join(k.kind for k in FUSED_COMBINERS)}"
+                             f" combiners only, got {c.kind!r}")
         if c.size != len(entries) or entries[0].shape[-1] != c.dim:
             raise ValueError(f"{len(entries)} entries of shape {entries[0].shape} do not match "
                              f"a {c.kind} combiner of size {c.size} and dim {c.dim}")
     bs = tuple(c.b for c in combiners)
-    ws = tuple(c.w if c.kind == "grn_v3" else None for c in combiners)
+    ws = tuple(c.w if isinstance(c, GRNv3) else None for c in combiners)
     return (gates.pop() if gates else "relu"), bs, ws
 
 
@@ -328,10 +328,13 @@ def grn_layer_norm(combiners, norms, entries, stat_dtype) -> tuple[tuple, tuple,
 # --- The entry points: one call for either path (``ModelConfig.grn_impl``) ----------------------
 
 
-def _fused(grn_impl: str) -> bool:
+def _fused(grn_impl: str, combiners=()) -> bool:
+    """Whether to take the fast path: ``grn_impl == "fused"`` and every combiner is one this
+    module's kernels implement (a combiner class without a kernel, e.g. a new scheme, runs on
+    the reference path, which is correct for any combiner)."""
     if grn_impl not in GRN_IMPLS:
         raise ValueError(f"unknown grn_impl {grn_impl!r}; valid: {', '.join(GRN_IMPLS)}")
-    return grn_impl == "fused"
+    return grn_impl == "fused" and all(isinstance(c, FUSED_COMBINERS) for c in combiners)
 
 
 def combine_stack(combiners, stack: ResidualStack, grn_impl: str, *,
@@ -345,7 +348,7 @@ def combine_stack(combiners, stack: ResidualStack, grn_impl: str, *,
     entries = stack.entries()
     slots = range(len(entries)) if slots is None else slots
     window = tuple(entries[i] for i in slots)
-    if not _fused(grn_impl):
+    if not _fused(grn_impl, combiners):
         stacked = jnp.stack(window)
         return tuple(c(stacked) for c in combiners), stack
     outputs, window = combine_threaded(combiners, window)
@@ -364,7 +367,7 @@ def combine_and_norm(combiners, norms, entries: Entries,
     Reference: the entries stacked into one array, each combiner called on it, then each
     LayerNorm; the entries come back as they were. Fused: :func:`grn_layer_norm`."""
     entries = tuple(entries)
-    if not _fused(grn_impl):
+    if not _fused(grn_impl, combiners):
         stacked = jnp.stack(entries)
         raw = tuple(c(stacked) for c in combiners)
         return tuple(n(y) for n, y in zip(norms, raw)), raw, entries

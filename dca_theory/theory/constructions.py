@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dca_theory import grn_formula
+from dca_theory import grn_formula, spectra
 from dca_theory.theory._validate import ALL_KINDS
 
 KINDS = ALL_KINDS  # the schemes with a stack combiner, in the theory's spelling
@@ -96,9 +96,9 @@ def end_to_end_matrix(net: LinearNet) -> np.ndarray:
 
 
 def numerical_rank(M: np.ndarray, rtol: float = 1e-10) -> int:
-    """Number of singular values above ``rtol * max(sigma_max, 1)``."""
-    s = np.linalg.svd(M, compute_uv=False)
-    return int(np.sum(s > rtol * max(float(s[0]) if s.size else 0.0, 1.0)))
+    """Number of singular values above ``rtol * max(sigma_max, 1)`` (the shared rule of
+    :func:`dca_theory.spectra.numerical_rank` with a floor, so tiny matrices count as zero)."""
+    return int(spectra.numerical_rank(M, rtol=rtol, atol=rtol))
 
 
 def _check_ranks(ranks: Sequence[int], d: int) -> tuple[int, ...]:

@@ -114,7 +114,7 @@ def test_errors(getkey):
     entries = tuple(jnp.ones((2, 4)) for _ in range(3))
     with pytest.raises(ValueError, match="size 2"):
         combine_entries([make_combiner("grn_v2", 2, 4)], entries)
-    with pytest.raises(ValueError, match="GRN kinds only, got 'res'"):
+    with pytest.raises(ValueError, match="combiners only, got 'vanilla'"):
         combine_entries([make_combiner("res", 3, 4)], entries)
     with pytest.raises(ValueError, match="one GRN-v3 gate"):
         combine_entries([make_combiner("grn_v3", 3, 4, gate="relu"),
