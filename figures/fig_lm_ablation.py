@@ -14,19 +14,21 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import FULL, figure, save, saved_summary
+from figures.style import (
+    FULL,
+    figure,
+    save,
+    saved_summary,
+    scheme_color,
+    scheme_label,
+    scheme_linestyle,
+    wrap_label,
+)
 
 KIND = "experiment"
 NAME = "fig_lm_ablation"
 ORDER = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca", "grn_v3_open", "dca_open",
          "denseformer", "hyper_connections", "laurel_pa")
-COLORS = {"vanilla": "#4c4c4c", "grn_v1": "#1f77b4", "grn_v2": "#d62728", "grn_v3": "#2ca02c",
-          "dca": "#ff7f0e", "grn_v3_open": "#98df8a", "dca_open": "#ffbb78",
-          "denseformer": "#9467bd", "hyper_connections": "#8c564b", "laurel_pa": "#e377c2"}
-LABELS = {"vanilla": "Trans-\nformer", "grn_v1": "GRN-v1", "grn_v2": "GRN-v2", "grn_v3": "GRN-v3",
-          "dca": "DCA", "grn_v3_open": "GRN-v3\n(open)", "dca_open": "DCA\n(open)",
-          "denseformer": "1x1-Dense\nFormer", "hyper_connections": "Hyper-\nConn.",
-          "laurel_pa": "LAuReL-PA"}
 DATA_LABELS = {"shakespeare": "Tiny Shakespeare (char)", "ptb": "Penn Treebank (word)"}
 DATA_MARKERS = {"shakespeare": "o", "ptb": "s"}
 
@@ -42,6 +44,11 @@ def per_seed_rows(summary: dict) -> list[dict]:
     return rows
 
 
+def tick_labels(kinds) -> list[str]:
+    """Scheme labels wrapped to the width of one bar (up to ten bars in a third of a page)."""
+    return [wrap_label(scheme_label(k), width=5) for k in kinds]
+
+
 def bar_panel(ax, table: dict, title: str, order=ORDER) -> None:
     """Bars of mean test ppl ± std, seed dots joined per seed, ``Δ vs vanilla`` labels."""
     kinds = [k for k in order if k in table["rows"]]
@@ -50,7 +57,9 @@ def bar_panel(ax, table: dict, title: str, order=ORDER) -> None:
         row = table["rows"][kind]
         mean, std = row["test_ppl"]["mean"], row["test_ppl"]["std"]
         seeds = np.asarray(row["test_ppl_per_seed"])
-        ax.bar(i, mean, color=COLORS[kind], alpha=0.6, width=0.7)
+        dashed = scheme_linestyle(kind) != "-"  # open gate: its scheme's colour, dashed edge
+        ax.bar(i, mean, color=scheme_color(kind), alpha=0.6, width=0.7,
+               edgecolor="k" if dashed else "none", ls=scheme_linestyle(kind), lw=0.6)
         ax.errorbar(i, mean, yerr=std, color="k", capsize=2, lw=0.8)
         ax.scatter(np.full(seeds.size, i), seeds, color="k", s=5, zorder=3)
         lows.append(seeds.min())
@@ -65,7 +74,7 @@ def bar_panel(ax, table: dict, title: str, order=ORDER) -> None:
     highs = by_seed.max(axis=1)
     span = max(highs) - min(lows)
     ax.set_ylim(min(lows) - 0.6 * span, max(highs) + 0.5 * span)
-    ax.set_xticks(range(len(kinds)), [LABELS[k] for k in kinds], fontsize=5.5)
+    ax.set_xticks(range(len(kinds)), tick_labels(kinds), fontsize=5.5)
     ax.set(ylabel="test perplexity", title=title)
 
 
@@ -80,11 +89,11 @@ def relative_panel(ax, summary: dict, paper: dict, order=ORDER) -> None:
     for data, table in summary["datasets"].items():
         rel = table["relative_to_reference_pct"]
         ax.scatter(x, [rel.get(k, np.nan) for k in kinds], marker=DATA_MARKERS.get(data, "^"),
-                   color=[COLORS[k] for k in kinds], edgecolor="k", lw=0.4, s=14, zorder=3,
+                   color=[scheme_color(k) for k in kinds], edgecolor="k", lw=0.4, s=14, zorder=3,
                    label=DATA_LABELS.get(data, data))
     ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(x, [LABELS[k] for k in kinds], fontsize=5.5)
-    ax.set(ylabel="test ppl vs Transformer (%)", title="relative change")
+    ax.set_xticks(x, tick_labels(kinds), fontsize=5.5)
+    ax.set(ylabel=f"test ppl vs {scheme_label('vanilla')} (%)", title="relative change")
     ax.legend(loc="lower left")
 
 

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import figure, save, saved_summary
+from figures.style import difference_label, figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_depth"
-COLORS = {"vanilla": "#4c4c4c", "dca": "#d62728"}
-LABELS = {"vanilla": "Transformer", "dca": "DCA"}
 
 
 def rows_of(summary: dict) -> list[dict]:
@@ -51,10 +49,10 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         pts = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["params"])
         x = [r["params"] for r in pts]
         ax.errorbar(x, [r["test_ppl_mean"] for r in pts], yerr=[r["test_ppl_std"] for r in pts],
-                    color=COLORS[kind], marker="o", ms=3, capsize=2, label=LABELS[kind])
+                    color=scheme_color(kind), marker="o", ms=3, capsize=2, label=scheme_label(kind))
         for r in pts:
             ax.annotate(f"L{r['depth']}", (r["params"], r["test_ppl_mean"]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points", color=COLORS[kind])
+                        xytext=(3, 3), textcoords="offset points", color=scheme_color(kind))
     ax.set(xscale="log", xlabel="parameters", ylabel="test ppl",
            title="(a) perplexity vs parameters")
     ax.legend()
@@ -62,9 +60,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     for i, (label, d) in enumerate(diffs):
         ci = d.get("ci95") or [d["mean"], d["mean"]]
         ax_d.errorbar(i, d["mean"], yerr=[[d["mean"] - ci[0]], [ci[1] - d["mean"]]], fmt="o",
-                      ms=3, capsize=2, color=COLORS["dca"])
+                      ms=3, capsize=2, color=scheme_color("dca"))
         ax_d.scatter(np.full(len(d["per_seed"]), i + 0.15), d["per_seed"], s=6, color="0.5")
     ax_d.axhline(0, color="0.3", lw=0.6)
     ax_d.set_xticks(range(len(diffs)), [lbl for lbl, _ in diffs], rotation=30, ha="right")
-    ax_d.set(ylabel="paired test-ppl difference", title="(b) DCA - Transformer (95% CI)")
+    ax_d.set(ylabel="paired test-ppl difference", title=f"(b) {difference_label('dca')} (95% CI)")
     return save(fig, out_dir, NAME, rows=rows, data={"differences": dict(diffs)})

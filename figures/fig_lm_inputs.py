@@ -15,26 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import figure, save, saved_summary
+from figures.style import figure, save, saved_summary, scheme_color, scheme_label, wrap_label
 
 KIND = "experiment"
 NAME = "fig_lm_inputs"
 ORDER = ("vanilla", "grn_v3_last", "grn_v3_input_last", "grn_v3_full")
-COLORS = {"vanilla": "#4c4c4c", "grn_v3_last": "#ff7f0e", "grn_v3_input_last": "#2ca02c",
-          "grn_v3_full": "#1f77b4"}
-
-
-def labels(window: int) -> dict[str, str]:
-    return {"vanilla": "Transformer", "grn_v3_last": f"GRN-v3\nlast {window}",
-            "grn_v3_input_last": f"GRN-v3\ninput+last {window - 1}",
-            "grn_v3_full": "GRN-v3\nfull stack"}
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
     summary = saved_summary(results_dir, "lm_inputs")
     if summary is None:
         return []
-    rows_by_kind, names = summary["rows"], labels(summary["window"])
+    rows_by_kind = summary["rows"]
     kinds = [k for k in ORDER if k in rows_by_kind]
     fig, (ax_ppl, ax_gap) = figure(2, height=2.4)
     per_seed = np.array([rows_by_kind[k]["test_ppl_per_seed"] for k in kinds])  # kinds x seeds
@@ -43,13 +35,15 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     rows = []
     for i, k in enumerate(kinds):
         stats = rows_by_kind[k]["test_ppl"]
-        ax_ppl.scatter(np.full(per_seed.shape[1], i), per_seed[i], color=COLORS[k], s=10, zorder=2)
+        ax_ppl.scatter(np.full(per_seed.shape[1], i), per_seed[i], color=scheme_color(k), s=10,
+                       zorder=2)
         ax_ppl.errorbar(i + 0.18, stats["mean"], yerr=stats["std"], fmt="o", ms=3.5,
-                        color=COLORS[k], capsize=2)
+                        color=scheme_color(k), capsize=2)
         rows.append({"panel": "test_ppl", "kind": k, "step": "", "mean": stats["mean"],
                      "std": stats["std"], "per_seed": " ".join(f"{v:.4f}" for v in per_seed[i])})
-    ax_ppl.set(xticks=range(len(kinds)), xticklabels=[names[k] for k in kinds],
-               ylabel="test perplexity", xlim=(-0.4, len(kinds) - 0.4))
+    ax_ppl.set(xticks=range(len(kinds)), xticklabels=[wrap_label(scheme_label(k)) for k in kinds],
+               ylabel="test perplexity", xlim=(-0.4, len(kinds) - 0.4),
+               title=f"window w = {summary['window']}")
     ax_ppl.tick_params(axis="x", labelsize=6)
     gap = summary.get("valid_gap_input_minus_last", [])
     if gap:
@@ -57,8 +51,8 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         mean = np.array([g["mean"] for g in gap])
         std = np.array([g["std"] for g in gap])
         ax_gap.axhline(0.0, color="0.5", lw=0.7)
-        ax_gap.plot(step, mean, color=COLORS["grn_v3_input_last"], marker="o", ms=2.5)
-        ax_gap.fill_between(step, mean - std, mean + std, color=COLORS["grn_v3_input_last"],
+        ax_gap.plot(step, mean, color=scheme_color("grn_v3_input_last"), marker="o", ms=2.5)
+        ax_gap.fill_between(step, mean - std, mean + std, color=scheme_color("grn_v3_input_last"),
                             alpha=0.2, lw=0)
         rows += [{"panel": "valid_gap", "kind": "input_last-last", "step": int(g["step"]),
                   "mean": g["mean"], "std": g["std"],

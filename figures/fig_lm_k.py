@@ -14,17 +14,17 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import figure, save, saved_summary
+from figures.style import figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_k"
 ORDER = ("vanilla", "1-dca", "2-dca", "4-dca", "dca")
-COLORS = {"vanilla": "#4c4c4c", "1-dca": "#1f77b4", "2-dca": "#2ca02c", "4-dca": "#ff7f0e",
-          "dca": "#d62728"}
 
 
 def _label(kind: str, depth: int) -> str:
-    return {"vanilla": "Transformer", "dca": f"DCA (= {depth}-DCA)"}.get(kind, kind.upper())
+    """The scheme's label; full DCA also says which k-DCA it equals at this depth."""
+    same = f" (= {scheme_label(f'{depth}-dca')})" if kind == "dca" else ""
+    return scheme_label(kind) + same
 
 
 def rows_of(summary: dict) -> list[dict]:
@@ -64,8 +64,8 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         y = np.asarray(c["valid_ppl_mean"])
         row = summary["rows"][kind]
         step_s = row.get("step_s", row["median_step_s"])  # alternated single-model step time
-        ax_s.plot(steps, y, color=COLORS[kind], label=_label(kind, depth))
-        ax_t.plot(steps * step_s, y, color=COLORS[kind])
+        ax_s.plot(steps, y, color=scheme_color(kind), label=_label(kind, depth))
+        ax_t.plot(steps * step_s, y, color=scheme_color(kind))
         if kind == "vanilla":
             target = y[-1]
     for ax in (ax_s, ax_t):
@@ -80,11 +80,11 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     err = [r["time_ratio_std"] or 0.0 for r in rows]
     paper = [summary["paper_table1"].get(k, {}).get("time", np.nan) for k in kinds]
     x = np.arange(len(kinds))
-    ax_r.bar(x - 0.2, ours, 0.4, yerr=err, color=[COLORS[k] for k in kinds], capsize=2,
+    ax_r.bar(x - 0.2, ours, 0.4, yerr=err, color=[scheme_color(k) for k in kinds], capsize=2,
              label="ours")
     ax_r.bar(x + 0.2, paper, 0.4, color="0.8", label="paper (24 layers)")
     ax_r.axhline(1.0, color="0.3", lw=0.6)
-    ax_r.set_xticks(x, [_label(k, depth).split(" ")[0] for k in kinds], rotation=30, ha="right")
+    ax_r.set_xticks(x, [scheme_label(k) for k in kinds], rotation=30, ha="right")
     ax_r.set(ylabel="time to vanilla's final ppl (norm.)", title="(c) time to reach")
     ax_r.legend()
     return save(fig, out_dir, NAME, rows=rows, data={"paper_table1": summary["paper_table1"]})

@@ -16,13 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import figure, save, saved_summary
+from figures.style import (
+    difference_label,
+    figure,
+    save,
+    saved_summary,
+    scheme_color,
+    scheme_label,
+    scheme_linestyle,
+)
 
 KIND = "experiment"
 NAME = "fig_lm_retrofit"
 KINDS = ("vanilla", "dca")
-COLORS = {"vanilla": "#4c4c4c", "dca": "#d62728"}
-LABELS = {"vanilla": "continued as Transformer", "dca": "continued as DCA (retrofit)"}
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
@@ -39,13 +45,14 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         whole = np.array([p["whole_split"] for p in pts])
         mean, std = vals.mean(axis=1), vals.std(axis=1, ddof=1)
         part = ~whole
-        ax.plot(step[part], mean[part], color=COLORS[kind], marker="o", ms=2.5, mfc="white",
-                label=LABELS[kind], ls="--" if kind == "vanilla" else "-", zorder=3)
-        ax.fill_between(step[part], (mean - std)[part], (mean + std)[part], color=COLORS[kind],
-                        alpha=0.15, lw=0)
+        label = f"continued as {scheme_label(kind)}" + (" (retrofit)" if kind == "dca" else "")
+        ax.plot(step[part], mean[part], color=scheme_color(kind), marker="o", ms=2.5, mfc="white",
+                label=label, ls=scheme_linestyle(kind), zorder=3)
+        ax.fill_between(step[part], (mean - std)[part], (mean + std)[part],
+                        color=scheme_color(kind), alpha=0.15, lw=0)
         shift = (-0.015 if kind == "vanilla" else 0.015) * step.max()  # side by side
         ax.errorbar(step[whole] + shift, mean[whole], yerr=std[whole], fmt="o", ms=3.5,
-                    color=COLORS[kind], capsize=2)
+                    color=scheme_color(kind), capsize=2)
         rows += [{"kind": kind, "step": int(s), "whole_split": bool(w), "valid_ppl_mean": m,
                   "valid_ppl_std": sd, "per_seed": " ".join(f"{v:.4f}" for v in row)}
                  for s, w, m, sd, row in zip(step, whole, mean, std, vals)]
@@ -63,11 +70,12 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     diff = np.array([np.array(next(p["valid_ppl"] for p in curves["dca"] if p["step"] == s))
                      - van[s] for s in steps])  # steps x seeds
     for j in range(diff.shape[1]):
-        ax_d.plot(steps, diff[:, j], color=COLORS["dca"], lw=0.6, alpha=0.5)
-    ax_d.plot(steps, diff.mean(axis=1), color=COLORS["dca"], marker="o", ms=2.5, label="mean")
+        ax_d.plot(steps, diff[:, j], color=scheme_color("dca"), lw=0.6, alpha=0.5)
+    ax_d.plot(steps, diff.mean(axis=1), color=scheme_color("dca"), marker="o", ms=2.5,
+              label="mean")
     ax_d.axhline(0.0, color="0.5", lw=0.7)
     pres = summary["preservation"]["worst"]
-    ax_d.set(xlabel="continuation step", ylabel="valid ppl, DCA - Transformer",
+    ax_d.set(xlabel="continuation step", ylabel=f"valid ppl, {difference_label('dca')}",
              title=f"at step 0: max rel. logit diff {pres['rel_logit_diff']:.1e}")
     rows += [{"kind": "dca-vanilla", "step": int(s), "whole_split": "", "valid_ppl_mean": d.mean(),
               "valid_ppl_std": d.std(ddof=1) if d.size > 1 else 0.0,

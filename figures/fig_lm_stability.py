@@ -17,13 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json
-from figures.style import FULL, figure, save
+from figures.style import FULL, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_stability"
 GROUPS = ("vanilla", "dca_family", "baselines")
-COLORS = {"vanilla": "#4c4c4c", "dca_family": "#ff7f0e", "baselines": "#9467bd"}
-LABELS = {"vanilla": "Transformer", "dca_family": "DCA / GRN", "baselines": "baselines"}
+# groups that are schemes take the registry's look; the DCA family is drawn as DCA
+GROUP_COLORS = {"vanilla": scheme_color("vanilla"), "dca_family": scheme_color("dca"),
+                "baselines": "#9467bd"}
+GROUP_LABELS = {"vanilla": scheme_label("vanilla"), "dca_family": "DCA / GRN",
+                "baselines": "baselines"}
 C = "6.0"  # the headline threshold of experiments/lm_stability
 
 
@@ -43,14 +46,12 @@ def rate_rows(summary: dict) -> list[dict]:
 def example_panel(ax, summary: dict, curves: dict, warmup: int) -> None:
     pair = summary["example_pair"]
     rows = {(r["key"], r["seed"]): r for r in summary["seed_runs"]}
-    colors = {"vanilla": COLORS["vanilla"], "dca": COLORS["dca_family"]}
     post = []
     for name in ("vanilla", "dca"):
         loss = curves[f"{name}_loss"]
         row = rows[(pair[name]["key"], pair[name]["seed"])]
-        ax.plot(np.arange(1, loss.size + 1), loss, color=colors[name], lw=0.7,
-                label=f"{'Transformer' if name == 'vanilla' else 'DCA'} "
-                      f"({len(row['events'][C])} spikes)")
+        ax.plot(np.arange(1, loss.size + 1), loss, color=scheme_color(name), lw=0.7,
+                label=f"{scheme_label(name)} ({len(row['events'][C])} spikes)")
         starts = [e["start"] for e in row["events"][C]]
         ax.scatter(np.asarray(starts) + 1, loss[starts], marker="v", color="red", s=14, zorder=3)
         post.append(loss[warmup:])
@@ -73,8 +74,8 @@ def rate_panel(ax, summary: dict) -> None:
             if v is None:
                 continue
             x = i + (j - (len(GROUPS) - 1) / 2) * width
-            ax.bar(x, v["rate"], width, color=COLORS[g], alpha=0.7,
-                   label=LABELS[g] if i == 0 else None)
+            ax.bar(x, v["rate"], width, color=GROUP_COLORS[g], alpha=0.7,
+                   label=GROUP_LABELS[g] if i == 0 else None)
             ax.errorbar(x, v["rate"], yerr=[[v["rate"] - v["ci95"][0]], [v["ci95"][1] - v["rate"]]],
                         color="k", lw=0.6, capsize=1.5)
             ax.annotate(str(v["count"]), (x, v["ci95"][1]), textcoords="offset points",
@@ -89,12 +90,13 @@ def grad_panel(ax, summary: dict) -> None:
     for j, g in enumerate(GROUPS):
         v = [r["grad_norm_ratio"] for r in summary["seed_runs"] if r["group"] == g]
         if v:
-            ax.scatter(j + rng.uniform(-0.2, 0.2, len(v)), v, color=COLORS[g], s=5, alpha=0.7)
+            ax.scatter(j + rng.uniform(-0.2, 0.2, len(v)), v, color=GROUP_COLORS[g], s=5,
+                       alpha=0.7)
             ax.hlines(np.median(v), j - 0.3, j + 0.3, color="k", lw=1)
     ratios = [r["grad_norm_ratio"] for r in summary["seed_runs"]]
     if max(ratios) > 10 * min(ratios):  # log scale only when the peaks span a decade
         ax.set_yscale("log")
-    ax.set_xticks(range(len(GROUPS)), [LABELS[g] for g in GROUPS])
+    ax.set_xticks(range(len(GROUPS)), [GROUP_LABELS[g] for g in GROUPS])
     ax.set(ylabel="max / median gradient norm", title="gradient-norm peaks (per seed run)")
 
 

@@ -5,9 +5,10 @@ the output GRN) and ``fig_lm_weights_dca`` (DCA: the query GRN of each block fro
 and the output GRN). In each panel the x-axis is the GRN's stack slot (``in`` = model input,
 ``j`` = block j's output, 1-based), the line is the median of b over the features (averaged
 over seeds) and the band the 5-95% range (seed-averaged percentiles), for the paper's ReLU gate
-and the open gate (w trains); dotted: the initial b = 1; dashed: where b = 1 would end under
-AdamW's weight decay alone (no gradient). Figure 10 itself shows a 30-layer model. Reads
-``results_dir/lm_weights/summary.json`` only; writes PNG, PDF and a CSV per figure.
+(solid, shaded band) and the open gate (w trains; dashed, hatched band); dotted: the initial
+b = 1; dash-dotted: where b = 1 would end under AdamW's weight decay alone (no gradient).
+Figure 10 itself shows a 30-layer model. Reads ``results_dir/lm_weights/summary.json`` only;
+writes PNG, PDF and a CSV per figure.
 """
 
 from __future__ import annotations
@@ -17,14 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import FULL, figure, save, saved_summary
+from figures.style import (
+    FULL,
+    figure,
+    save,
+    saved_summary,
+    scheme_color,
+    scheme_label,
+    scheme_linestyle,
+)
 
 KIND = "experiment"
 NAME = "fig_lm_weights"
 FAMILIES = {"grn_v3": ("grn_v3", "grn_v3_open"), "dca": ("dca", "dca_open")}
-COLORS = {"relu": "#2ca02c", "relu_open": "#9467bd"}
 GATE_LABELS = {"relu": "ReLU gate (paper)", "relu_open": "open gate (w trains)"}
-TITLES = {"grn_v3": "GRN-v3", "dca": "DCA"}
 
 
 def panel_grns(names: list[str]) -> list[str]:
@@ -59,15 +66,21 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             for k in present:
                 r, gate = profiles[k][grn], kinds[k]["grn_gate"]
                 x = np.arange(len(r["slots"]))
-                ax.plot(x, r["median"], color=COLORS[gate], marker="o", ms=2.5,
-                        label=GATE_LABELS[gate])
-                ax.fill_between(x, r["low"], r["high"], color=COLORS[gate], alpha=0.2, lw=0)
+                # both gates in the scheme's colour; the open gate dashed, its band hatched
+                ls, color = scheme_linestyle(k), scheme_color(k)
+                ax.plot(x, r["median"], color=color, ls=ls, marker="o", ms=2.5,
+                        mfc="white" if ls != "-" else color, label=GATE_LABELS[gate])
+                if ls == "-":
+                    ax.fill_between(x, r["low"], r["high"], color=color, alpha=0.2, lw=0)
+                else:
+                    ax.fill_between(x, r["low"], r["high"], facecolor="none", edgecolor=color,
+                                    hatch="////", alpha=0.5, lw=0)
                 rows += [{"family": family, "kind": k, "gate": gate, "grn": grn, "slot": s,
                           "median": md, "p5": lo, "p95": hi}
                          for s, md, lo, hi in zip(r["slots"], r["median"], r["low"], r["high"])]
             ax.axhline(1.0, color="0.6", lw=0.6, ls=":")  # the initial value b = 1
             if decay_only is not None:  # where b = 1 ends under weight decay alone
-                ax.axhline(decay_only, color="0.3", lw=0.7, ls="--",
+                ax.axhline(decay_only, color="0.3", lw=0.7, ls="-.",
                            label="decay only" if ax is axes[0] else None)
             layer = re.match(r"block_(\d+)", grn)
             title = "Outputs" if layer is None else f"Layer {int(layer.group(1)) + 1}"
@@ -75,7 +88,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
                    title=title + (" (q)" if grn.endswith(".q") else ""), xlabel="stack entry")
         axes[0].set_ylabel("bias value b")
         axes[0].legend(loc="lower left")
-        fig.suptitle(f"{TITLES[family]}: learned bias per stack entry (median, 5-95% band)",
+        fig.suptitle(f"{scheme_label(family)}: learned bias per stack entry (median, 5-95% band)",
                      fontsize=8)
         paths += save(fig, out_dir, f"{NAME}_{family}", rows=rows)
     return paths

@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import NullFormatter, NullLocator
 
-from figures.style import SWEEP_COLORS, figure, save, saved_summary
+from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_width"
-COLORS = {"vanilla": "#4c4c4c", "dca": "#d62728"}
 MEASURES = {"rank_rtol_mean": ("rank (rtol 1e-2)", "o"),
             "effective_rank_mean": ("effective rank", "s"),
             "stable_rank_mean": ("stable rank", "^")}
@@ -73,8 +72,8 @@ def _panel_ppl(ax, rows):
     for k in ("vanilla", "dca"):
         m = np.array([r[f"{k}_test_ppl_mean"] for r in rows])
         s = np.array([r[f"{k}_test_ppl_std"] for r in rows])
-        ax.errorbar(w, m, yerr=s, color=COLORS[k], marker="o", ms=3, capsize=2,
-                    label="Transformer" if k == "vanilla" else "DCA")
+        ax.errorbar(w, m, yerr=s, color=scheme_color(k), marker="o", ms=3, capsize=2,
+                    label=scheme_label(k))
     ax.set(xscale="log", xlabel="width", ylabel="test ppl", title="(a) perplexity")
     _width_ticks(ax, w)
     ax.legend()
@@ -83,20 +82,21 @@ def _panel_ppl(ax, rows):
 def _panel_relative(ax, summary, rows):
     for r in rows:
         per_seed = summary["widths"][str(r["width"])]["relative_pct"]["per_seed"]
-        ax.scatter(np.full(len(per_seed), r["width"]), per_seed, s=6, color=COLORS["dca"],
+        ax.scatter(np.full(len(per_seed), r["width"]), per_seed, s=6, color=scheme_color("dca"),
                    alpha=0.4, lw=0)
     w = np.array([r["width"] for r in rows])
     ci = [summary["widths"][str(x)]["relative_pct"]["ci95"] for x in w]
     mean = np.array([r["rel_pct_mean"] for r in rows])
     err = np.array([[m - c[0], c[1] - m] if c else [0, 0] for m, c in zip(mean, ci)]).T
-    ax.errorbar(w, mean, yerr=err, color=COLORS["dca"], marker="o", ms=3, capsize=2,
+    ax.errorbar(w, mean, yerr=err, color=scheme_color("dca"), marker="o", ms=3, capsize=2,
                 label="ours (95% CI)")
     paper = summary["paper_table2"]
     pw = np.array(sorted(int(x) for x in paper))
     ax.plot(pw, [paper[str(x)]["relative_pct"] for x in pw], color="0.5", marker="s", ms=3,
             ls="--", label="paper Table 2")
     ax.axhline(0, color="0.3", lw=0.6)
-    ax.set(xscale="log", xlabel="width", ylabel="DCA vs Transformer (%)",
+    ax.set(xscale="log", xlabel="width",
+           ylabel=f"{scheme_label('dca')} vs {scheme_label('vanilla')} (%)",
            title="(b) relative test-ppl change")
     ax.legend()
 

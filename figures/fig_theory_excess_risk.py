@@ -54,11 +54,11 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     for kind in ("res", "grn_v1", "grn_v2", "grn_v3"):
         pts = [r for r in rows if r["kind"] == kind]
         x = np.array([p["params"] for p in pts])
-        color, label = style.ARCH_COLORS[kind], style.ARCH_LABELS[kind]
+        color, label = style.scheme_color(kind), style.scheme_label(kind)
         exact = "exact" if pts[0]["exact"] else "best found"
         ax.plot(x, [p["excess_risk"] for p in pts], "o-", ms=2.5, color=color,
                 label=f"{label} ({exact})")
-        if kind != "res":  # ResNet's bound is its exact value
+        if kind != "res":  # the plain residual's bound is its exact value
             ax.plot(x, [p["thm42_bound"] for p in pts], "--", color=color, lw=1.0,
                     label=f"{label}: Thm 4.2 bound")
     ax.set_yscale("log")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json
-from figures.style import ARCH_COLORS, ARCH_LABELS, figure, save
+from figures.style import figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 TITLES = {"identity": "(a) learn the identity", "gaussian": "(b) learn y = Ax + b"}
@@ -35,14 +35,15 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             steps = np.arange(c.shape[1])
             lr = summary["results"][f"{task}/{kind}"]["best_lr"]
             med = np.nanmedian(c, axis=0)
-            ax.plot(steps, med, color=ARCH_COLORS[kind], label=f"{ARCH_LABELS[kind]} (lr {lr:g})")
-            ax.fill_between(steps, np.nanmin(c, 0), np.nanmax(c, 0), color=ARCH_COLORS[kind],
+            color, label = scheme_color(kind), scheme_label(kind)
+            ax.plot(steps, med, color=color, label=f"{label} (lr {lr:g})")
+            ax.fill_between(steps, np.nanmin(c, 0), np.nanmax(c, 0), color=color,
                             alpha=0.2, lw=0)
             if f"{key}__best_run" in curves:
                 b = summary["results"][f"{task}/{kind}"]["best_single_run"]
                 if b["lr"] != lr:
-                    ax.plot(steps, curves[f"{key}__best_run"], color=ARCH_COLORS[kind],
-                            ls="--", lw=0.8, label=f"{ARCH_LABELS[kind]} best run (lr {b['lr']:g})")
+                    ax.plot(steps, curves[f"{key}__best_run"], color=color,
+                            ls="--", lw=0.8, label=f"{label} best run (lr {b['lr']:g})")
             rows += [{"task": task, "kind": kind, "lr": lr, "step": int(s), "mse_median": m}
                      for s, m in zip(steps[::10], med[::10])]
         ax.set_yscale("log")

@@ -11,7 +11,7 @@ import csv
 from pathlib import Path
 
 from dca_theory.io import read_json
-from figures.style import ARCH_COLORS, ARCH_LABELS, FULL, figure, save
+from figures.style import FULL, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 
@@ -30,7 +30,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         for kind in cfg["kinds"]:
             ws = [w for w in cfg["widths"] if f"{tag}/{kind}/r={w}" in cells]
             c = [cells[f"{tag}/{kind}/r={w}"] for w in ws]
-            col, lab = ARCH_COLORS[kind], ARCH_LABELS[kind]
+            col, lab = scheme_color(kind), scheme_label(kind)
             ax_mse.plot(ws, [x["test_mse_mean"] for x in c], "o-", color=col, ms=3, label=lab)
             ax_rank.plot(ws, [x["eff_rank_own_skip_mean"] for x in c], "o-", color=col, ms=3)
             if kind != "res":
@@ -52,7 +52,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         ax_mse.set_yscale("log")
         ax_mse.set_ylabel("test MSE per coordinate")
         ax_rank.set_ylabel("effective rank of residual Jacobian")
-        ax_gain.set_ylabel("1 - MSE_GRN / MSE_ResNet")
+        ax_gain.set_ylabel(f"1 - MSE_GRN / MSE_{scheme_label('res')}")
         ax_gain.axhline(0, color="k", lw=0.6)
         ax_mse.set_title(f"teacher y = {a:g} x + h(Gx), rank k={k}")
         ax_mse.legend()

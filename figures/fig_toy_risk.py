@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dca_theory.io import read_json
-from figures.style import ARCH_COLORS, ARCH_LABELS, figure, save
+from figures.style import figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 
@@ -24,13 +24,13 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     for kind in summary["config"]["kinds"]:
         pts = sorted((r for r in res if r["kind"] == kind), key=lambda r: r["params_model"])
         p = [r["params_model"] for r in pts]
-        c = ARCH_COLORS[kind]
+        c = scheme_color(kind)
         exact = all(r["theory_optimum_exact"] for r in pts)
         ax.plot(p, [r["theory_optimum"] for r in pts], color=c,
-                label=f"{ARCH_LABELS[kind]} ER*" + ("" if exact else " (search)"))
+                label=f"{scheme_label(kind)} ER*" + ("" if exact else " (search)"))
         ax.plot(p, [r["thm42_bound"] for r in pts], color=c, ls=":", lw=1)
         ax.plot(p, [r["trained_risk_best"] for r in pts], "o", color=c, ms=3.5, mfc="none",
-                label=f"{ARCH_LABELS[kind]} trained")
+                label=f"{scheme_label(kind)} trained")
     ax.set_xlabel("parameters of the trained net (2 d r* + combiners)")
     ax.set_ylabel(r"excess risk $\|A-\hat A\|_F^2$")
     ax.set_yscale("log")

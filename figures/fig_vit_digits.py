@@ -14,13 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json, read_jsonl
-from figures.style import figure, save
+from figures.style import difference_label, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_vit_digits"
 KINDS = ("vanilla", "dca")
-COLORS = {"vanilla": "#4c4c4c", "dca": "#d62728"}
-LABELS = {"vanilla": "ViT", "dca": "ViT + DCA"}
 
 
 def curves(records: list[dict]) -> list[dict]:
@@ -48,8 +46,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         for ax, metric in ((ax_acc, "test_acc"), (ax_loss, "test_loss")):
             mean = np.array([r[f"{metric}_mean"] for r in pts])
             std = np.array([r[f"{metric}_std"] for r in pts])
-            ax.plot(step, mean, color=COLORS[kind], label=LABELS[kind])
-            ax.fill_between(step, mean - std, mean + std, color=COLORS[kind], alpha=0.2, lw=0)
+            ax.plot(step, mean, color=scheme_color(kind), label=scheme_label(kind))
+            ax.fill_between(step, mean - std, mean + std, color=scheme_color(kind), alpha=0.2,
+                            lw=0)
     ax_acc.set(xlabel="step", ylabel="test accuracy")
     ax_loss.set(xlabel="step", ylabel="test loss")
     ax_acc.legend(loc="lower right")
@@ -58,12 +57,14 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     for seed_pair in accs.T:
         ax_seed.plot([0, 1], seed_pair, color="0.7", lw=0.8, zorder=1)
     for i, kind in enumerate(KINDS):
-        ax_seed.scatter(np.full(accs.shape[1], i), accs[i], color=COLORS[kind], s=12, zorder=2)
+        ax_seed.scatter(np.full(accs.shape[1], i), accs[i], color=scheme_color(kind), s=12,
+                        zorder=2)
         stats = per_kind[kind]["test_acc"]
         ax_seed.errorbar(i + 0.15, stats["mean"], yerr=stats["std"], fmt="o", ms=3,
-                         color=COLORS[kind], capsize=2)
+                         color=scheme_color(kind), capsize=2)
     paired = summary["paired_dca_minus_vanilla"]["test_acc"]
-    ax_seed.set(xticks=[0, 1], xticklabels=[LABELS[k] for k in KINDS], xlim=(-0.4, 1.5),
+    ax_seed.set(xticks=[0, 1], xticklabels=[scheme_label(k) for k in KINDS], xlim=(-0.4, 1.5),
                 ylabel="final test accuracy",
-                title=f"DCA - ViT: {100 * paired['mean']:+.2f} ± {100 * paired['std']:.2f} pts")
+                title=f"{difference_label('dca')}: {100 * paired['mean']:+.2f} "
+                      f"± {100 * paired['std']:.2f} pts")
     return save(fig, out_dir, NAME, rows=rows)

@@ -1,17 +1,24 @@
 """Shared look of the figures: sizes, rcParams, colours, and one ``save`` helper that writes
-PNG + PDF + the data behind the figure (CSV or JSON) side by side."""
+PNG + PDF + the data behind the figure (CSV or JSON) side by side.
+
+Schemes are drawn only through :func:`scheme_color`, :func:`scheme_label` and
+:func:`scheme_linestyle`, which read :mod:`dca_theory.schemes` (one colour and label per scheme
+across every figure) plus :data:`VARIANTS` for the run variants its rules cannot express."""
 
 from __future__ import annotations
 
 import csv
 import logging
+import re
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless: figures are files, never windows
+import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dca_theory import schemes  # noqa: E402
 from dca_theory.io import read_json, write_json  # noqa: E402
 
 # fontTools logs a harmless note on every TrueType embedding in PDFs
@@ -21,11 +28,69 @@ COLUMN = 3.35  # ICML single-column width (inches)
 FULL = 6.75  # ICML two-column width
 HEIGHT = 2.5
 
-#: one colour per architecture, shared by every figure
-ARCH_COLORS = {"res": "#4c4c4c", "grn_v1": "#1f77b4", "grn_v2": "#d62728", "grn_v3": "#2ca02c",
-               "base": "#9467bd"}
-ARCH_LABELS = {"base": "baseline", "res": "ResNet", "grn_v1": "GRN-v1", "grn_v2": "GRN-v2",
-               "grn_v3": "GRN-v3"}
+
+def _shade(scheme: str, white: float) -> str:
+    """``scheme``'s registry colour mixed with white (``white`` = 0: the colour itself)."""
+    rgb = matplotlib.colors.to_rgb(schemes.color(scheme))
+    return matplotlib.colors.to_hex([c + (1.0 - c) * white for c in rgb])
+
+
+#: Run variants whose look the registry's naming rules (``k-`` prefix, ``_open`` suffix) cannot
+#: express: name -> (colour, label or None for the registry's). k-DCA is drawn in shades of
+#: DCA, lighter for a shorter stack; paper Table 9's GRN-v3 windows in shades of GRN-v3, lighter
+#: for fewer inputs (``w``: the run's window, which the figure states).
+VARIANTS: dict[str, tuple[str, str | None]] = {
+    "1-dca": (_shade("dca", 0.6), None),
+    "2-dca": (_shade("dca", 0.4), None),
+    "4-dca": (_shade("dca", 0.2), None),
+    "grn_v3_last": (_shade("grn_v3", 0.6), "GRN-v3 last w"),
+    "grn_v3_input_last": (_shade("grn_v3", 0.3), "GRN-v3 input + last w-1"),
+    "grn_v3_full": (schemes.color("grn_v3"), "GRN-v3 full stack"),
+}
+
+
+def scheme_color(name: str) -> str:
+    """The colour of a scheme or run variant: :data:`VARIANTS`, else the registry's."""
+    return VARIANTS[name][0] if name in VARIANTS else schemes.color(name)
+
+
+def scheme_label(name: str) -> str:
+    """The legend / tick label of a scheme or run variant: :data:`VARIANTS`, else the
+    registry's (``2-dca`` -> ``2-DCA``, ``grn_v3_open`` -> ``GRN-v3 (open gate)``)."""
+    if name in VARIANTS and VARIANTS[name][1] is not None:
+        return VARIANTS[name][1]
+    return schemes.label(name)
+
+
+def difference_label(name: str, reference: str = "vanilla") -> str:
+    """``DCA - vanilla``: the label of a paired difference of two schemes' values."""
+    return f"{scheme_label(name)} - {scheme_label(reference)}"
+
+
+def scheme_linestyle(name: str) -> str:
+    """Dashed for an open-gate variant (drawn in its scheme's colour), solid otherwise."""
+    return "--" if name.endswith("_open") else "-"
+
+
+def wrap_label(label: str, width: int = 10) -> str:
+    """A label over lines of about ``width`` characters for narrow ticks, broken at spaces and
+    after hyphens (``GRN-v1`` -> ``GRN-`` / ``v1``), a parenthesised tail starting a new line
+    (``GRN-v3 (open gate)`` -> ``GRN-v3`` / ``(open gate)``). Words are never split."""
+    head, paren, tail = label.partition(" (")
+    lines = []
+    for part in [head] + ([f"({tail}"] if paren else []):
+        line = ""
+        for word in part.split(" "):
+            for i, piece in enumerate(re.split(r"(?<=-)(?=.)", word)):
+                joined = piece if not line else line + ("" if i else " ") + piece
+                if line and len(joined) > width:
+                    lines.append(line)
+                    joined = piece
+                line = joined
+        lines.append(line)
+    return "\n".join(lines)
+
+
 #: sequential colours for a swept size (e.g. d = 100, 200, 300)
 SWEEP_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e"]
 
