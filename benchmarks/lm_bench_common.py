@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dca_theory.io import atomic_write_text
+from dca_theory.lab.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import build_model
-from dca_theory.lm.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.train_config import TrainConfig
 
 # variant name -> (residual, k, grn_impl). The "-ref" variants run the straightforward GRN
