@@ -1,5 +1,6 @@
-"""lm_width: the per-token branch Jacobian and its rank (dca_theory/lab/jacobian_rank.py), the width
-summary and the theory overlay; one slow test runs the quick mode and draws the figure."""
+"""lm_width: the per-token branch Jacobian and its rank (dca_theory/lab/jacobian_rank.py) and
+the width summary (the theory overlay: tests/theory/test_closed_forms.py); one slow test runs
+the quick mode and draws the figure."""
 
 from __future__ import annotations
 
