@@ -11,7 +11,7 @@ attention, over the bf16 peak measured in the same run by an 8192³ matmul and o
 
 ``ablation``: Table 7 at the paper's size on Penn Treebank: vanilla, DCA, GRN-v3,
 GRN-v2, GRN-v1 (in that order, so the most important finish first), 3 seeds at once
-(:func:`dca_theory.lm.seeds.train_lm_seeds`), batch 32 × 128 words per seed, bf16 compute,
+(:func:`dca_theory.lab.seeds.train_lm_seeds`), batch 32 × 128 words per seed, bf16 compute,
 AdamW with the paper's β/eps/weight decay, lr 1e-3, 100 warm-up steps, inverse-sqrt decay,
 dropout 0.1 (paper preset), ``--steps`` steps each; whole-split valid/test perplexity. Each
 model's record is written as soon as it finishes; ``--budget-s`` stops before a model that
@@ -122,9 +122,9 @@ def bench(args) -> dict:
 
 
 def ablation(args) -> None:
+    from dca_theory.lab.seeds import train_lm_seeds
     from dca_theory.lm import data as lm_data
     from dca_theory.lm.config import PRESETS
-    from dca_theory.lm.seeds import train_lm_seeds
     from dca_theory.lm.train_config import LMTrainConfig
 
     out = Path(args.out)

@@ -19,12 +19,12 @@ from pathlib import Path
 import jax
 
 from dca_theory.io import atomic_write_text
+from dca_theory.lab.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.train_config import LMTrainConfig
 
 # variant name -> (residual, k, grn_impl). The "-ref" variants run the straightforward GRN
-# path (stacked array + Combiner, autodiff backward) that the fused default replaced.
+# path (stacked array + combiner calls, autodiff backward) that the fused default replaced.
 VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "vanilla": ("vanilla", None, "fused"),
     "dca": ("dca", None, "fused"),

@@ -38,8 +38,8 @@ from lm_bench_common import (  # noqa: E402
     train_config,
 )
 
+from dca_theory.lab.steptime import alternated_step_times  # noqa: E402
 from dca_theory.lm.params import param_count  # noqa: E402
-from dca_theory.lm.steptime import alternated_step_times  # noqa: E402
 
 
 def time_depth(depth: int, args) -> dict:

@@ -6,8 +6,8 @@ Treebank (word) at CPU scale.
 of generalisation (v1 -> v2 -> v3 -> three GRN-v3 per block = DCA) lowers the perplexity, DCA
 by 0.92 (-4.8%) against the Transformer. Parameters 49.65M / 49.65M / 49.66M / 49.68M / 49.73M.
 
-**Design.** The runs of :func:`experiments._lm_grid.ablation_specs` (shared run cache): the
-width-64, depth-4 pre-LN transformer of :mod:`experiments._lm_common` (4 heads, MLP 256, 400
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.ablation_specs` (shared run cache): the
+width-64, depth-4 pre-LN transformer of :mod:`dca_theory.lab.lm_runs` (4 heads, MLP 256, 400
 steps of 16 sequences, lr 2e-3, 40 warm-up steps, AdamW as in the paper), with
 ``residual`` = vanilla, grn_v1, grn_v2, grn_v3 (one GRN per block) and dca (three GRN-v3 per
 block plus an output GRN), seeds 0, 1, 2 (same data order for every architecture: differences
@@ -27,7 +27,7 @@ seeds 0, 1; cache ``runs/lm_runs``). Figure: ``figures/fig_lm_ablation.py``.
 
 **Runtime.** Full, from an empty cache: 12 runs x 3 seeds; about 2-4 minutes per run on 2 CPU
 cores (~40 CPU-minutes), seconds on a GPU; with the cache filled (by ``python -m
-experiments._lm_grid``) it only reads records (measured: 73 s wall, 4 s CPU, under load ~8).
+dca_theory.lab.lm_grid``) it only reads records (measured: 73 s wall, 4 s CPU, under load ~8).
 Quick, from an empty cache: measured 6 min 15 s wall, 3 min 4 s CPU (7 small compilations of
 ~35 s each) on the 2-core machine under load ~7; expected ~1.5 minutes idle.
 
@@ -43,16 +43,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import ABLATION_KINDS, OPEN_GATE_KINDS, ablation_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, seeds_for
+from dca_theory.lab.lm_tables import paper_summary, same_order, summarise_table
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, is_cached, seeds_for
-from experiments._lm_grid import ABLATION_KINDS, OPEN_GATE_KINDS, ablation_specs
-from experiments._lm_tables import paper_summary, same_order, summarise_table
 
 NAME = "lm_ablation"
 OPEN_KINDS = tuple(f"{k}_open" for k in OPEN_GATE_KINDS)
-#: rows per dataset: the open-gate runs exist for Tiny Shakespeare only (see _lm_grid)
+#: rows per dataset: the open-gate runs exist for Tiny Shakespeare only (see dca_theory.lab.lm_grid)
 KINDS = {"shakespeare": (*ABLATION_KINDS, *OPEN_KINDS), "ptb": ABLATION_KINDS}
-#: rows a full run reads only if the background grid (``python -m experiments._lm_grid``) has
+#: rows a full run reads only if the background grid (``python -m dca_theory.lab.lm_grid``) has
 #: cached them (it trains them late); the summary lists those left out. Quick mode trains them.
 OPTIONAL_FULL_KINDS: tuple[str, ...] = OPEN_KINDS
 QUICK_DATASETS: tuple[str, ...] = ("shakespeare",)

@@ -6,7 +6,7 @@ Figure 6) on Tiny Shakespeare (char) at CPU scale.
 obtains a better perplexity than the 42-layer transformer"; the improvement "is maintained with
 depth" (Table 2's text). Per-point numbers are not published (plot only).
 
-**Design.** The runs of :func:`experiments._lm_grid.depth_specs`: vanilla and DCA at depths 2,
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.depth_specs`: vanilla and DCA at depths 2,
 4, 8 (width 64, 4 heads, MLP 256, 400 steps, seeds 0, 1, 2, same data order per seed).
 Reported: per depth and kind the parameter count and whole-split test perplexity (mean ± std);
 the seed-paired DCA - vanilla difference per depth; the cross-depth comparisons "DCA at depth d
@@ -39,18 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import depth_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, load_curves, ppl, seeds_for
+from dca_theory.lab.lm_tables import row_summary
+from dca_theory.lab.statistics import paired
+from dca_theory.lab.time_to_reach import periodic_curve, time_to_reach
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import (
-    cache_dir,
-    ensure_run,
-    is_cached,
-    load_curves,
-    paired,
-    ppl,
-    seeds_for,
-)
-from experiments._lm_grid import depth_specs
-from experiments._lm_tables import row_summary
 
 NAME = "lm_depth"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
@@ -121,9 +115,7 @@ def efficiency(records: dict[tuple[str, int], dict]) -> dict[str, dict]:
 
 def time_to_reach_by_depth(specs: dict, records: dict, cache: Path) -> dict[str, dict]:
     """Per depth: full DCA's time to reach vanilla's final periodic valid ppl (Table 1's
-    metric, defined in :func:`experiments.lm_k.time_to_reach`), from the same runs."""
-    from experiments.lm_k import periodic_curve, time_to_reach
-
+    metric, defined in :func:`dca_theory.lab.time_to_reach.time_to_reach`), from the same runs."""
     out = {}
     for d in sorted({d for _, d in records}):
         if all((k, d) in records for k in KINDS):

@@ -8,8 +8,8 @@ reviewers, ``dca-paper.md`` §8): removing the explicit model input from the GRN
 "performs notably worse"; the input "matters for all hidden layers, most in early training".
 Paper differences: last-4 - Transformer -0.577 (-2.8%), input+last-3 - last-4 -0.074 (-0.36%).
 
-**Design.** The runs of :func:`experiments._lm_grid.inputs_specs` (shared run cache): the
-width-64, depth-4 pre-LN transformer of :mod:`experiments._lm_common` (400 steps, 3 seeds with
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.inputs_specs` (shared run cache): the
+width-64, depth-4 pre-LN transformer of :mod:`dca_theory.lab.lm_runs` (400 steps, 3 seeds with
 paired data order), as vanilla, as GRN-v3 over the full stack, and as GRN-v3 restricted by
 ``ModelConfig.grn_window = w`` (every GRN, the output GRN included): ``grn_input=False`` reads
 the last w entries of ``[x, f_1, ..., f_{t-1}]`` ("last w layers"), ``grn_input=True`` reads x
@@ -27,7 +27,7 @@ depth 2, window 2, 30 steps, seeds 0, 1; cache ``runs/lm_runs``). Figure:
 ``figures/fig_lm_inputs.py``.
 
 **Runtime.** Full, from an empty cache: 4 runs x 3 seeds, about 2-4 minutes per run on 2 CPU
-cores, seconds on a GPU; with the cache filled (by ``python -m experiments._lm_grid``) it only
+cores, seconds on a GPU; with the cache filled (by ``python -m dca_theory.lab.lm_grid``) it only
 reads records (seconds). Quick, from an empty quick cache: about 1 minute on an idle 2-core
 machine (4 small compilations).
 
@@ -48,9 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import inputs_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, ppl, seeds_for
+from dca_theory.lab.statistics import mean_std, paired
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, mean_std, paired, ppl, seeds_for
-from experiments._lm_grid import inputs_specs
 
 NAME = "lm_inputs"
 KINDS: tuple[str, ...] = ("vanilla", "grn_v3_last", "grn_v3_input_last", "grn_v3_full")

@@ -8,20 +8,20 @@ perplexity 0.33 / 0.33 / 0.37 / 0.47 / 0.40 / 0.39: "DCA then obtains the final 
 the transformer in a third of the time" ("3x faster"), and "reducing k speeds up training while
 only slightly increasing the perplexity".
 
-**Design.** The runs of :func:`experiments._lm_grid.k_specs` at depth 8 (width 64, 4 heads, MLP
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.k_specs` at depth 8 (width 64, 4 heads, MLP
 256, 400 steps, seeds 0, 1, 2, same data order per seed): vanilla, 1-, 2-, 4-DCA and full DCA
 (= 8-DCA). Reported per kind: whole-split test perplexity (mean ± std) and the paired difference
 against vanilla; the step time, measured here by
-:func:`dca_theory.lm.steptime.alternated_step_times` (one single-model train step per kind,
+:func:`dca_theory.lab.steptime.alternated_step_times` (one single-model train step per kind,
 the run's config, timed alternately in one process, 15 rounds, median: the records'
 grid-process times were taken under varying load and are kept as ``grid_step_time_ratio``
 only; neither is the paper's TPU batches/s); and the time to reach vanilla's final perplexity
-(:func:`time_to_reach`): per seed, the first step at which the kind's periodic validation ppl
-curve (every 25 steps on the same 6 validation batches; linear interpolation between evals)
-falls to vanilla's *last periodic* validation ppl of that seed (step 375; the step-400 point is
-the whole split and is not comparable), times the kind's step time, divided by vanilla's 375
-steps times vanilla's step time. ``None`` if a seed never reaches the target within 375 steps.
-Step ratios (without step time) are reported too.
+(:func:`dca_theory.lab.time_to_reach.time_to_reach`): per seed, the first step at which the
+kind's periodic validation ppl curve (every 25 steps on the same 6 validation batches; linear
+interpolation between evals) falls to vanilla's *last periodic* validation ppl of that seed
+(step 375; the step-400 point is the whole split and is not comparable), times the kind's step
+time, divided by vanilla's 375 steps times vanilla's step time. ``None`` if a seed never reaches
+the target within 375 steps. Step ratios (without step time) are reported too.
 
 **Command.** ``dca-theory run lm_k`` (full; reads / fills ``experiments/results/lm_runs``;
 writes ``experiments/results/lm_k``) or ``dca-theory run lm_k --quick`` (depth 3: vanilla,
@@ -44,24 +44,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import k_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, load_curves, ppl, seeds_for
+from dca_theory.lab.lm_tables import row_summary
+from dca_theory.lab.statistics import paired
+from dca_theory.lab.steptime import alternated_step_times
+from dca_theory.lab.time_to_reach import periodic_curve, time_to_reach
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.steptime import alternated_step_times
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import (
-    cache_dir,
-    ensure_run,
-    is_cached,
-    load_curves,
-    mean_std,
-    paired,
-    ppl,
-    seeds_for,
-)
-from experiments._lm_grid import k_specs
-from experiments._lm_tables import row_summary
 
 NAME = "lm_k"
 STEP_TIME_REPEATS = {"full": 15, "quick": 3}
@@ -75,54 +66,6 @@ PAPER_TABLE1 = {"vanilla": {"speed": 8.14, "time": 1.00, "ppl": 15.14, "ppl_std"
                 "dca": {"speed": 3.72, "time": 0.39, "ppl": 14.35, "ppl_std": 0.00}}
 
 
-def periodic_curve(curves: dict[str, np.ndarray], final_step: int) -> tuple[np.ndarray,
-                                                                            np.ndarray]:
-    """``(steps_E, valid_ppl_ExS)`` of the periodic evaluations only (the final whole-split
-    evaluation at ``final_step`` uses other batches and is dropped)."""
-    steps = np.asarray(curves["eval_steps"])
-    keep = steps < final_step
-    return steps[keep], np.exp(np.asarray(curves["eval_valid_loss"])[keep])
-
-
-def first_crossing(steps, values, target: float) -> float | None:
-    """First step at which the piecewise-linear curve through ``(steps, values)`` reaches
-    ``target`` from above; ``None`` if it never does. Steps must increase."""
-    s, v = np.asarray(steps, float), np.asarray(values, float)
-    if s.shape != v.shape or s.size < 1:
-        raise ValueError(f"steps and values must be equal-length, non-empty; got {s.shape}, "
-                         f"{v.shape}")
-    if np.any(np.diff(s) <= 0):
-        raise ValueError(f"steps must be strictly increasing, got {s.tolist()}")
-    if v[0] <= target:
-        return float(s[0])
-    for i in range(1, len(v)):
-        if v[i] <= target:
-            return float(s[i - 1] + (v[i - 1] - target) / (v[i - 1] - v[i]) * (s[i] - s[i - 1]))
-    return None
-
-
-def time_to_reach(vanilla: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray],
-                  step_s_vanilla: float, step_s_other: float) -> dict:
-    """Per seed: steps for ``other`` to reach vanilla's last periodic valid ppl, the step ratio
-    and the time ratio (steps x step time, normalised by vanilla's)."""
-    v_steps, v_ppl = vanilla
-    o_steps, o_ppl = other
-    n_seeds = v_ppl.shape[1]
-    steps, step_ratio, time_ratio = [], [], []
-    for s in range(n_seeds):
-        hit = first_crossing(o_steps, o_ppl[:, s], float(v_ppl[-1, s]))
-        steps.append(hit)
-        step_ratio.append(None if hit is None else hit / float(v_steps[-1]))
-        time_ratio.append(None if hit is None
-                          else hit * step_s_other / (float(v_steps[-1]) * step_s_vanilla))
-    reached = [t for t in time_ratio if t is not None]
-    return {"steps_per_seed": steps, "step_ratio_per_seed": step_ratio,
-            "time_ratio_per_seed": time_ratio, "seeds_reached": len(reached),
-            "time_ratio": mean_std(reached) if reached else None,
-            "step_ratio": mean_std([r for r in step_ratio if r is not None]) if reached else None,
-            "target_valid_ppl_per_seed": v_ppl[-1].tolist(), "target_step": float(v_steps[-1])}
-
-
 def main(quick: bool = False, out=None, overwrite: bool = False, *,
          only_cached: bool = False) -> Path:
     specs = k_specs(quick)
@@ -130,7 +73,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
               "runs": {k: s.describe()
                        for k, s in specs.items()}, "only_cached": only_cached,
               "step_time": "alternated single-model train steps in this process "
-                            "(dca_theory.lm.steptime); the records' grid-process times too",
+                            "(dca_theory.lab.steptime); the records' grid-process times too",
               "step_time_repeats": STEP_TIME_REPEATS["quick" if quick else "full"]}
     run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
     cache = cache_dir(run.path)

@@ -5,8 +5,8 @@
 Hyper-Connections (dynamic) 18.65 ± 0.03 (49.68M), DCA 18.06 ± 0.01 (49.73M): DCA beats the
 best prior method (Hyper-Connections) by 0.59 at a similar parameter count.
 
-**Design.** The runs of :func:`experiments._lm_grid.related_specs` (shared run cache): the
-standard width-64, depth-4 CPU model of :mod:`experiments._lm_common` with ``residual`` =
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.related_specs` (shared run cache): the
+standard width-64, depth-4 CPU model of :mod:`dca_theory.lab.lm_runs` with ``residual`` =
 vanilla, denseformer (1x1 DenseFormer: a depth-weighted average of all earlier block outputs
 after every block), hyper_connections (dynamic, expansion 4, one per block), laurel_pa (rank-16
 map of a learned combination of earlier states) and dca, each equal to vanilla at
@@ -38,10 +38,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import RELATED_KINDS, related_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, seeds_for
+from dca_theory.lab.lm_tables import paper_summary, same_order, summarise_table
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, seeds_for
-from experiments._lm_grid import RELATED_KINDS, related_specs
-from experiments._lm_tables import paper_summary, same_order, summarise_table
 
 NAME = "lm_related_work"
 KINDS: tuple[str, ...] = ("vanilla", *RELATED_KINDS, "dca")

@@ -9,7 +9,7 @@ Transformer 18.98 -> 18.96 / 18.96 / 18.96, DCA 18.98 -> 18.81 / 18.79 / 18.79, 
 DCA - Transformer -0.15 / -0.17 / -0.17 (continuations of 4% / 8% / 12% of the pre-training
 steps).
 
-**Design.** The runs of :func:`experiments._lm_grid.retrofit_specs` (shared run cache): the
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.retrofit_specs` (shared run cache): the
 standard width-64, depth-4 vanilla model (400 steps, seeds 0, 1, 2), continued for
 ``RETROFIT_STEPS`` = 200 more steps (at the learning rate its inverse-square-root schedule had
 reached, constant, no new warm-up; the paper's continuation schedule is NOT FOUND) once as
@@ -29,7 +29,7 @@ depth 2, 30 + 20 steps, seeds 0, 1; cache ``runs/lm_runs``). Figure:
 
 **Runtime.** Full, from an empty cache: one 400-step run and two 200-step runs x 3 seeds, about
 5-8 CPU-minutes on 2 cores, seconds on a GPU; with the cache filled (by ``python -m
-experiments._lm_grid``) the preservation check takes under a minute (two compilations).
+dca_theory.lab.lm_grid``) the preservation check takes under a minute (two compilations).
 Quick, from an empty quick cache: about 1 minute on an idle 2-core machine.
 
 Measured: with the cache filled, 3 min 13 s wall (21 s CPU) on the shared, heavily loaded
@@ -50,18 +50,10 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import RETROFIT_STEPS, retrofit_specs
+from dca_theory.lab.lm_runs import cache_dir, cached_corpus, ensure_run, load_models, ppl, seeds_for
+from dca_theory.lab.statistics import mean_std, paired
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import (
-    _corpus,
-    cache_dir,
-    ensure_run,
-    load_models,
-    mean_std,
-    paired,
-    ppl,
-    seeds_for,
-)
-from experiments._lm_grid import RETROFIT_STEPS, retrofit_specs
 
 NAME = "lm_retrofit"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
@@ -175,7 +167,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     dca_cfg = specs["dca"].model
     pairs = [(m, retrofit(m, dca_cfg.replace(vocab_size=m.cfg.vocab_size)))
              for m in vanilla_models]
-    valid = _corpus(pre.train.data).valid
+    valid = cached_corpus(pre.train.data).valid
     kw = {"seq_len": pre.train.seq_len, "batch_size": pre.train.batch_size}
     # The batches of the periodic evaluations: the check, and the pretrained models' reference
     # for the +50 / +100 rows (the continuations were evaluated on exactly these batches).

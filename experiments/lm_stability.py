@@ -4,7 +4,7 @@
 spikes with the transformer model ... training DCA is more stable, showing no significant loss
 spikes even for large models". No count or definition is given.
 
-**Design.** A loss spike is defined precisely in :mod:`dca_theory.lm.stability`: step ``t`` is
+**Design.** A loss spike is defined precisely in :mod:`dca_theory.lab.stability`: step ``t`` is
 a spike step if ``loss_t - median(previous 25 losses) > max(0.1 nats, c * 1.4826 * MAD)``, tested
 only after the warm-up (and the first window), consecutive spike steps forming one event;
 ``c = 6`` is the headline, ``c`` in {4, 6, 8} the sensitivity. This experiment scans EVERY run in
@@ -25,7 +25,7 @@ events point at hard batches, not at one architecture's instability. When even "
 vanilla" could not reach p < 0.05, the summary says there are too few spikes to tell.
 
 **Command.** ``dca-theory run lm_stability`` (full: reads ``experiments/results/lm_runs``; run
-it LAST, after ``python -m experiments._lm_grid``; rerunning picks up new runs; writes
+it LAST, after ``python -m dca_theory.lab.lm_grid``; rerunning picks up new runs; writes
 ``experiments/results/lm_stability``), or ``dca-theory run lm_stability --quick`` (trains, if
 absent, the quick vanilla and DCA runs of ``lm_ablation --quick`` into ``runs/lm_runs`` and
 scans that cache). Figure: ``figures/fig_lm_stability.py``.
@@ -51,7 +51,9 @@ import numpy as np
 from scipy import stats
 
 from dca_theory.io import RunDir, read_json, to_jsonable
-from dca_theory.lm.stability import (
+from dca_theory.lab.lm_grid import ablation_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run
+from dca_theory.lab.stability import (
     SpikeRule,
     detect_spikes,
     fisher_runs_with_spikes,
@@ -61,8 +63,6 @@ from dca_theory.lm.stability import (
 )
 from dca_theory.lm.train_config import LMTrainConfig
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run
-from experiments._lm_grid import ablation_specs
 
 NAME = "lm_stability"
 WINDOW, C, ABS_FLOOR = 25, 6.0, 0.1
@@ -241,7 +241,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     runs = load_cached_runs(cache)
     if not runs:
         raise FileNotFoundError(f"no cached runs (record.json + curves.npz) under {cache}; "
-                                "train them first: python -m experiments._lm_grid")
+                                "train them first: python -m dca_theory.lab.lm_grid")
     rows = analyse_seed_runs(runs)
     for r in rows:
         run.log(**{k: r[k] for k in ("key", "seed", "group", "steps", "tested_steps",

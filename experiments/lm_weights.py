@@ -9,10 +9,10 @@ also cite this figure as the motivation of k-DCA (first and last layers matter m
 plotted values lie in about [-0.2, 0.3] although b starts at 1 (``dca-paper.md`` App. H:
 unresolved).
 
-**Design.** The trained models of :func:`experiments._lm_grid.ablation_specs` (Tiny Shakespeare,
+**Design.** The trained models of :func:`dca_theory.lab.lm_grid.ablation_specs` (Tiny Shakespeare,
 width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
 and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every GRN and seed,
-:func:`dca_theory.lm.analysis.bias_profile` gives the median and 5-95% band of b over the 64
+:func:`dca_theory.lab.analysis.bias_profile` gives the median and 5-95% band of b over the 64
 features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
 slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are
 all intermediate slots below both ends? What fraction of intermediate medians is negative? The
@@ -48,9 +48,9 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import RunDir
+from dca_theory.lab.lm_grid import ablation_specs
+from dca_theory.lab.lm_runs import cache_dir, ensure_run, load_models, seeds_for
 from dca_theory.paths import default_run_dir
-from experiments._lm_common import cache_dir, ensure_run, load_models, seeds_for
-from experiments._lm_grid import ablation_specs
 
 NAME = "lm_weights"
 KINDS: tuple[str, ...] = ("grn_v3", "grn_v3_open", "dca", "dca_open")
@@ -140,7 +140,7 @@ def decay_only_factor(train_cfg) -> float:
 
 def analyse(models) -> dict:
     """Bias profiles, shape checks and w statistics of one run's trained models (one per seed)."""
-    from dca_theory.lm.analysis import bias_profile, grn_weights
+    from dca_theory.lab.analysis import bias_profile, grn_weights
 
     profiles = [bias_profile(m) for m in models]
     checks = [shape_check(r["median"]) for prof in profiles for r in prof]

@@ -7,17 +7,18 @@ asked for, on Tiny Shakespeare (char) at CPU scale.
 gain bound of Theorem 4.3(ii) falls as the collective rank rises). The authors argued in review
 that a layer's bottleneck rank equals the width, without measuring it.
 
-**Design.** The runs of :func:`experiments._lm_grid.width_specs`: vanilla and DCA at widths 16,
+**Design.** The runs of :func:`dca_theory.lab.lm_grid.width_specs`: vanilla and DCA at widths 16,
 32, 64 (depth 4, 4 heads, MLP 4x width, 400 steps, seeds 0, 1, 2, same data order per
 seed). Reported per width: whole-split test perplexity (mean ± std), the seed-paired DCA -
 vanilla difference (absolute and relative, paired t-test, 95% CI) and a regression of the
 per-seed relative difference on log2(width) (does the relative gain shrink?). **Beyond the
 paper:** for seed 0 of every width and both kinds, the per-token Jacobian of every block's
-residual branch (:mod:`experiments._lm_rank`) at 32 random validation positions: numerical rank
-at the float32 default tolerance and at rtol 1e-2, effective and stable rank, as fractions of
-the width. The theory overlay is Theorem 4.3(ii)'s G2 bound,
+residual branch (:mod:`dca_theory.lab.jacobian_rank`) at 32 random validation positions:
+numerical rank at the float32 default tolerance and at rtol 1e-2, effective and stable rank, as
+fractions of the width. The theory overlay is Theorem 4.3(ii)'s G2 bound,
 ``dca_theory.theory.gain_lower_bound("grn_v2", d, r_*, lam_min=kappa, lam_max=1)`` normalised
-by its value at r_* = 0 and clipped at 0 (:func:`predicted_gain`), at d = width and r_* = the
+by its value at r_* = 0 and clipped at 0
+(:func:`dca_theory.theory.normalised_gain_guarantee`), at d = width and r_* = the
 vanilla model's *collective* rank (sum over the 4 layers). GRN-v2 because DCA with the
 paper's ReLU gate trains exactly as GRN-v2 gates (w gets zero gradient at w = 0). For
 r_* >= d the theory predicts no gain (a ResNet of collective rank d already fits any A
@@ -32,10 +33,10 @@ summarises only the runs already in the cache (listing the missing ones) and nev
 Figure: ``figures/fig_lm_width.py``.
 
 **Runtime.** Full from an empty cache: 6 runs x 3 seeds, ~15-25 CPU-minutes on 2 cores, a few
-minutes on a GPU (width 128 would add two ~7-minute runs: add it to ``_lm_grid.WIDTHS``); with
-the cache filled only the rank analysis runs: ~1 CPU-minute (6 models x 4 layers x 32
-Jacobians). Quick from an
-empty cache: ~1.5 minutes on an idle 2-core machine.
+minutes on a GPU (width 128 would add two ~7-minute runs: add it to
+``dca_theory.lab.lm_grid.WIDTHS``); with the cache filled only the rank analysis runs: ~1
+CPU-minute (6 models x 4 layers x 32 Jacobians). Quick from an empty cache: ~1.5 minutes on an
+idle 2-core machine.
 
 **Expected result** (measured, widths 16-64; see
 ``paper/05_lm/width.md``): DCA - vanilla test ppl -0.124 / -0.075 / -0.085 (-0.86 / -0.61 /
@@ -53,21 +54,21 @@ import numpy as np
 from scipy import stats
 
 from dca_theory.io import RunDir
-from dca_theory.paths import default_run_dir
-from dca_theory.theory import gain_lower_bound
-from experiments._lm_common import (
-    _corpus,
+from dca_theory.lab.jacobian_rank import RTOL, model_rank_profile
+from dca_theory.lab.lm_grid import width_specs
+from dca_theory.lab.lm_runs import (
     cache_dir,
+    cached_corpus,
     ensure_run,
     is_cached,
     load_models,
-    paired,
     ppl,
     seeds_for,
 )
-from experiments._lm_grid import width_specs
-from experiments._lm_rank import RTOL, model_rank_profile
-from experiments._lm_tables import row_summary
+from dca_theory.lab.lm_tables import row_summary
+from dca_theory.lab.statistics import paired
+from dca_theory.paths import default_run_dir
+from dca_theory.theory import normalised_gain_guarantee
 
 NAME = "lm_width"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
@@ -125,18 +126,6 @@ def width_trend(rows: dict[str, dict]) -> dict:
             "gain_shrinks_monotonically": bool(np.all(np.diff(means) > 0))}
 
 
-def predicted_gain(collective_rank, d: int, kappa: float):
-    """The gain Theorem 4.3(ii) guarantees: the G2 lower bound at collective rank r_*, clipped
-    at 0 (a negative bound guarantees nothing) and divided by its value at r_* = 0 (1 = the
-    largest). 0 for r_* >= d, where a ResNet of that rank is already exact. Vectorised."""
-    r = np.asarray(collective_rank, dtype=float)
-    inside = np.clip(r, 0.0, d)
-    g = gain_lower_bound(THEORY_KIND, d, inside, kappa, 1.0)
-    g0 = gain_lower_bound(THEORY_KIND, d, 0.0, kappa, 1.0)
-    out = np.where(r < d, np.maximum(g, 0.0) / g0, 0.0)
-    return float(out) if out.ndim == 0 else out
-
-
 def theory_points(ranks: dict[str, dict]) -> dict[str, dict]:
     """Per width: the vanilla model's collective rank / width for each measure and the
     normalised G2 prediction at it, for each kappa."""
@@ -148,9 +137,10 @@ def theory_points(ranks: dict[str, dict]) -> dict[str, dict]:
         entry = {}
         for m in RANK_MEASURES:
             r_star = float(sum(layer[m] for layer in layers))
+            gains = {str(k): normalised_gain_guarantee(THEORY_KIND, d, r_star, k)
+                     for k in THEORY_KAPPAS}
             entry[m] = {"collective_rank": r_star, "collective_frac": r_star / d,
-                        "guaranteed_gain_norm": {str(k): predicted_gain(r_star, d, k)
-                                                for k in THEORY_KAPPAS}}
+                        "guaranteed_gain_norm": gains}
         out[w] = entry
     return out
 
@@ -181,7 +171,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
         run.log(width=w, kind=kind, key=s.key, params=r["n_params"], test_ppl=r["test_ppl"],
                 valid_ppl=r["valid_ppl"])
     rows = width_rows(records)
-    corpus = _corpus("shakespeare")
+    corpus = cached_corpus("shakespeare")
     ranks: dict[str, dict] = {}
     for (kind, w), s in specs.items():
         if (kind, w) not in records:

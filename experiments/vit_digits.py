@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import RunDir
+from dca_theory.lab.statistics import mean_std
 from dca_theory.paths import default_run_dir
 from dca_theory.vit.config import preset
 from dca_theory.vit.data import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, load_digits
@@ -58,13 +59,6 @@ QUICK = {"model": preset("digits_tiny"), "seeds": (0, 1),
 # Paper Table 8 (ViT-S/16, ImageNet), for the summary and the figure.
 PAPER_TABLE8 = {"vanilla": {"accuracy": 0.764, "loss": 0.5698},
                 "dca": {"accuracy": 0.771, "loss": 0.5284}}
-
-
-def mean_std(values) -> dict:
-    """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
-    v = np.asarray(values, float)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
-            "n": int(v.size)}
 
 
 def summarise(results: dict, params: dict) -> dict:

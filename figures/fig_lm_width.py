@@ -20,10 +20,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import NullFormatter, NullLocator
 
+from dca_theory.theory import normalised_gain_guarantee
 from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_width"
+#: the G2 bound's kind, as in the experiment's config (DCA with the ReLU gate trains as GRN-v2)
+THEORY_KIND = "grn_v2"
 MEASURES = {"rank_rtol_mean": ("rank (rtol 1e-2)", "o"),
             "effective_rank_mean": ("effective rank", "s"),
             "stable_rank_mean": ("stable rank", "^")}
@@ -52,13 +55,12 @@ def rows_of(summary: dict) -> list[dict]:
 
 def theory_curves(summary: dict) -> dict:
     """Normalised G2 guarantee on a grid of collective rank / width, per kappa, at d = 64."""
-    from experiments.lm_width import predicted_gain
-
     d, frac = 64, np.geomspace(0.01, 5.0, 241)
     kappas = summary.get("theory_kappas") or ["0.3", "0.5", "0.8"]
     return {"d": d, "collective_frac": frac.tolist(),
-            "guaranteed_gain_norm": {str(k): predicted_gain(frac * d, d, float(k)).tolist()
-                                     for k in kappas}}
+            "guaranteed_gain_norm": {
+                str(k): normalised_gain_guarantee(THEORY_KIND, d, frac * d, float(k)).tolist()
+                for k in kappas}}
 
 
 def _width_ticks(ax, widths):

@@ -172,12 +172,12 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from dca_theory.lm import params
+    from dca_theory.lab.paper_param_counts import info_table
 
     cfg = PRESETS[args.preset]
     if args.vocab_size is not None:
         cfg = cfg.replace(vocab_size=args.vocab_size)
-    print(params.info_table(cfg))
+    print(info_table(cfg))
     return 0
 
 

@@ -25,8 +25,8 @@ GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
 class ModelConfig:
     """A decoder-only transformer. Defaults follow the Flax lm1b example (the paper's baseline).
 
-    ``residual`` selects the residual scheme (``schemes.names(lm=True)``); ``k`` (only with "dca") keeps
-    the model input, the sum of the middle outputs and the last k outputs (k-DCA); ``None`` is
+    ``residual`` selects the residual scheme (``schemes.names(lm=True)``); ``k`` (only with
+    "dca") keeps the model input, the sum of the middle outputs and the last k outputs (k-DCA); ``None`` is
     the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
     ``laurel_rank`` the rank r of the LAuReL low-rank maps.
 

@@ -41,7 +41,8 @@ from dca_theory.lm.blocks import (
     xavier_uniform,
 )
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.trunk import AbstractTrunk, States, Trunk
+from dca_theory.lm.trunk import AbstractTrunk, States
+from dca_theory.lm.trunks import Trunk
 
 
 def sinusoidal_positions(length: int, dim: int, dtype=jnp.float32) -> Float[Array, "L D"]:

@@ -3,7 +3,8 @@ r"""The residual trunk: how block inputs are formed from the stack of earlier ou
 The trunk maps the embedded sequence ``x_LxD`` (model input, after positions) to ``h_LxD``,
 the representation after the final residual combination and *before* the final LayerNorm. It
 never sees tokens and takes causality as an argument, so the LM (``causal=True``) and the ViT
-(``causal=False``) share it. Build one with :func:`Trunk` (``Trunk(cfg, key=key)``).
+(``causal=False``) share it. Build one with :func:`dca_theory.lm.trunks.Trunk`
+(``Trunk(cfg, key=key)``).
 
 Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (paper §3, stack
 ``G_t = [x, f_1, …, f_{t-1}]`` oldest first):
@@ -195,16 +196,3 @@ class DCATrunk(AbstractTrunk):
         if collect:
             states["final"] = h_LxD
         return h_LxD, states
-
-
-def Trunk(cfg: ModelConfig, *, key: PRNGKeyArray) -> AbstractTrunk:  # noqa: N802 (a constructor)
-    """Build the trunk for ``cfg.residual`` (see the module docstring)."""
-    if schemes.get(cfg.residual).family in ("plain", "grn"):
-        return ResidualTrunk.init(cfg, key=key)
-    if cfg.residual == "dca":
-        return DCATrunk.init(cfg, key=key)
-    from dca_theory.lm.baselines import BASELINE_TRUNKS
-
-    if cfg.residual in BASELINE_TRUNKS:
-        return BASELINE_TRUNKS[cfg.residual].init(cfg, key=key)
-    raise ValueError(f"unknown residual {cfg.residual!r}")  # unreachable: config validates

@@ -6,8 +6,9 @@ Public API (float64, vectorised where natural):
   ``nu_max``, ``nu_tilde_max``, ``task_complexity``;
 * :mod:`.tradeoff`: ``param_count``, ``matched_rank``, ``best_matched_rank``,
   ``worst_matched_rank``, ``lemma_c1_bound``, ``rank_loss_bound`` (Lemma C.1), ``threshold``,
-  ``gain_lower_bound`` (Theorem 4.3), ``rank_savings`` (Proposition 4.4), ``eta``, ``xi0``,
-  ``v3_constant``, ``sufficient_condition``.
+  ``gain_lower_bound`` (Theorem 4.3), ``normalised_gain_guarantee`` (its 0-1 scale),
+  ``rank_savings`` (Proposition 4.4), ``eta``, ``xi0``, ``v3_constant``,
+  ``sufficient_condition``.
 
 This package must import only numpy and scipy (no jax), so that ``dca-theory figures`` and
 ``dca-theory verify`` start fast.
@@ -29,6 +30,7 @@ from dca_theory.theory.tradeoff import (
     gain_lower_bound,
     lemma_c1_bound,
     matched_rank,
+    normalised_gain_guarantee,
     param_count,
     rank_loss_bound,
     rank_savings,
@@ -50,6 +52,7 @@ __all__ = [
     "gain_lower_bound",
     "lemma_c1_bound",
     "matched_rank",
+    "normalised_gain_guarantee",
     "nu_max",
     "nu_tilde_max",
     "param_count",

@@ -12,7 +12,7 @@ from dca_theory.theory import constructions as C
 from dca_theory.theory import montecarlo as MC
 from dca_theory.theory import reference as R
 from dca_theory.theory import symbolic as S
-from dca_theory.theory.verify import Row, verdict
+from dca_theory.theory.verdicts import Row, verdict
 
 CONSTRUCT_RTOL = 1e-9  # end-to-end map vs target, relative Frobenius (brief: 1e-9)
 CLOSED_RTOL = 1e-10  # a closed form vs the same quantity assembled from its definition

@@ -19,7 +19,7 @@ import sympy as sp
 from dca_theory import theory as TH
 from dca_theory.theory import reference as R
 from dca_theory.theory import symbolic as S
-from dca_theory.theory.verify import Row, verdict
+from dca_theory.theory.verdicts import Row, verdict
 
 GRN = ("grn_v1", "grn_v2", "grn_v3")
 THRESH_RTOL = 1e-12  # symbolic vs closed-form threshold, relative to max(1, |threshold|)

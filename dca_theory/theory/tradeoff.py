@@ -282,3 +282,21 @@ def _min_gain_quadratic(m, c, delta, lo, hi):
         vertex = np.where(curv > 0, c * lo / np.where(curv > 0, curv, 1.0), lo)
     inside = (curv > 0) & (vertex > lo) & (vertex < hi)
     return np.where(inside, np.minimum(best, q(np.clip(vertex, lo, hi))), best)
+
+
+def normalised_gain_guarantee(kind: str, d: int, r_star, kappa: float):
+    r"""The gain Theorem 4.3(ii) guarantees, on a 0-1 scale: :func:`gain_lower_bound` at
+    :math:`\lambda_{min} = \kappa`, :math:`\lambda_{max} = 1` and collective rank ``r_star``,
+    clipped at 0 (a negative bound guarantees nothing) and divided by its value at
+    :math:`r_* = 0` (1 = the largest). 0 for :math:`r_* \ge d`, where a ResNet of that rank is
+    already exact. Vectorised over ``r_star``; a scalar in, a float out.
+
+    This is the overlay set against measured ranks of trained networks (the LM width
+    experiment and its figure), where ``r_star`` may exceed ``d``.
+    """
+    r = np.asarray(r_star, dtype=float)
+    inside = np.clip(r, 0.0, d)
+    g = gain_lower_bound(kind, d, inside, kappa, 1.0)
+    g0 = gain_lower_bound(kind, d, 0.0, kappa, 1.0)
+    out = np.where(r < d, np.maximum(g, 0.0) / g0, 0.0)
+    return float(out) if out.ndim == 0 else out

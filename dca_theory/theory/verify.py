@@ -2,15 +2,8 @@ r"""``dca-theory verify``: the verification report of every Section 4 claim.
 
 Each row names a claim (theorem / lemma / proposition / equation of Heddes et al. 2025), says
 what was checked and on how many cases, the worst error or the number of violations, and a
-verdict:
-
-* ``confirmed`` — the claim (in the form given in ``shared/reference/dca-paper.md``) holds in
-  every case, to the stated tolerance;
-* ``corrected`` — the printed/reconstructed form is wrong, and our corrected form (named in the
-  row) passes every case;
-* ``open`` — not decidable here (e.g. checked only by trained networks, see ``experiments/``);
-* ``FAILED`` — a check failed (a bug or a wrong claim we have not corrected). The command's exit
-  status is nonzero iff some row has this verdict.
+verdict (``confirmed``, ``corrected``, ``open`` or ``FAILED``; defined with the row in
+:mod:`.verdicts`). The command's exit status is nonzero iff some row is ``FAILED``.
 
 Every random case comes from ``numpy.random.default_rng`` with a fixed seed per row, so the
 report is reproducible. ``--quick`` uses fewer cases. Runtime: about 20 s (default) or 8 s
@@ -25,32 +18,9 @@ import json
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-VERDICTS = ("confirmed", "corrected", "open", "FAILED")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the report."""
-
-    claim: str
-    checked: str
-    cases: int
-    worst: str
-    verdict: str
-    note: str = ""
-
-    def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
-
-
-def verdict(ok: bool, corrected: bool = False) -> str:
-    """``FAILED`` unless ``ok``; then ``corrected`` or ``confirmed``."""
-    if not ok:
-        return "FAILED"
-    return "corrected" if corrected else "confirmed"
+from dca_theory.theory.verdicts import VERDICTS, Row
 
 
 def _checks() -> list[tuple[str, Callable[[bool], list[Row]]]]:

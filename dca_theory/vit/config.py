@@ -3,7 +3,7 @@
 A ViT (Dosovitskiy et al. 2021) cuts an ``image_size x image_size x channels`` image into
 ``(image_size / patch_size)**2`` non-overlapping patches, embeds each patch with one Dense layer,
 adds positions, runs the *same* non-causal residual trunk as the language model
-(:class:`dca_theory.lm.trunk.Trunk`, so every residual kind of the LM, DCA included, is available)
+(:func:`dca_theory.lm.trunks.Trunk`, so every residual kind of the LM, DCA included, is available)
 and classifies from a class token or the mean over tokens.
 
 The paper's vision result (Table 8, ``shared/reference/dca-paper.md`` §3.13) is ViT-S/16 on

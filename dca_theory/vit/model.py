@@ -10,7 +10,7 @@ r"""The Vision Transformer around the LM's residual trunk (paper Table 8: "ViT +
   "reshape into patches, then one Dense layer", which is what :class:`PatchEmbed` does;
 * positions :math:`P` are learned (N(0, 0.02^2) init) or the fixed 2-D sin-cos table of
   Beyer et al. 2022 (``posemb_sincos_2d`` in big_vision);
-* the trunk is :class:`dca_theory.lm.trunk.Trunk` with ``causal=False``: every residual kind of
+* the trunk is :func:`dca_theory.lm.trunks.Trunk` with ``causal=False``: every residual kind of
   the LM (vanilla, GRN-v1/v2/v3, DCA, k-DCA) is available and "DCA is inserted in the same way
   as for the language models" (paper §5, Table 8). No transformer block is redefined here;
 * ``pool`` is the class token (``"cls"``) or the mean over patch tokens (``"gap"``);
@@ -32,12 +32,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
 from dca_theory import schemes
+from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
 from dca_theory.lm.retrofit import check_retrofit_target, transplant
-from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, States, Trunk
+from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, States
+from dca_theory.lm.trunks import Trunk
 from dca_theory.vit.config import ViTConfig
-
 
 
 def patchify(image_HxWxC: Float[Array, "H W C"], patch_size: int) -> Float[Array, "N P"]:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dca_theory.io import read_json, write_json
+from dca_theory.lab.lm_tables import paper_summary, same_order, summarise_table
 from experiments import lm_ablation, lm_related_work
-from experiments._lm_tables import paper_summary, same_order, summarise_table
 from figures import fig_lm_ablation, fig_lm_related_work
 
 SEEDS = [0, 1, 2]

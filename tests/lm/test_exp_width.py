@@ -1,5 +1,6 @@
-"""lm_width: the per-token branch Jacobian and its rank (experiments/_lm_rank.py), the width
-summary and the theory overlay; one slow test runs the quick mode and draws the figure."""
+"""lm_width: the per-token branch Jacobian and its rank (dca_theory/lab/jacobian_rank.py) and
+the width summary (the theory overlay: tests/theory/test_closed_forms.py); one slow test runs
+the quick mode and draws the figure."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 from zoo_helpers import F64, tokens
 
+from dca_theory.lab import jacobian_rank as R
 from dca_theory.lm.model import build_model
-from experiments import _lm_rank as R
 
 D = F64.d_model
 # float64 everywhere: the two code paths differ only in summation order (a few ulps)
@@ -168,18 +169,6 @@ def test_width_rows_and_trend_on_synthetic_records():
     # -4, -2, -1 % against log2(width) = 4, 5, 6: least-squares slope +1.5 % per doubling
     assert trend["slope_pct_per_doubling"] == pytest.approx(1.5)
     assert trend["gain_shrinks_monotonically"] and trend["n_points"] == 9
-
-
-def test_predicted_gain_falls_with_rank_and_vanishes_at_full_rank():
-    from experiments import lm_width as W
-
-    d = 64
-    g = W.predicted_gain(np.arange(0, 2 * d), d, 0.5)
-    assert g[0] == pytest.approx(1.0)  # normalised at r_* = 0
-    assert np.all(np.diff(g) <= 1e-12)  # non-increasing in the collective rank
-    assert np.all(g >= 0) and np.all(g[d:] == 0)  # clipped; r_* >= d: ResNet already exact
-    # a larger kappa (more complex task) keeps a positive guarantee to a larger rank
-    assert W.predicted_gain(8, d, 0.8) > W.predicted_gain(8, d, 0.3)
 
 
 @pytest.mark.slow

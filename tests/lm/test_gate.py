@@ -4,11 +4,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
+from zoo_helpers import TINY, assert_close_logits, logits, tokens
 
 from dca_theory.lm.model import build_model
 from dca_theory.residual import AbstractCombiner
-
-from zoo_helpers import TINY, assert_close_logits, logits, tokens
 
 
 def _w_grad_norm(model, toks):
@@ -17,8 +16,9 @@ def _w_grad_norm(model, toks):
         return -jnp.mean(jax.nn.log_softmax(out)[jnp.arange(toks.shape[0] - 1), toks[1:]])
 
     grads = eqx.filter_grad(loss)(model)
-    combiners = [c for c in jax.tree_util.tree_leaves(
-        grads, is_leaf=lambda x: isinstance(x, AbstractCombiner)) if isinstance(c, AbstractCombiner)]
+    is_combiner = lambda x: isinstance(x, AbstractCombiner)  # noqa: E731
+    combiners = [c for c in jax.tree_util.tree_leaves(grads, is_leaf=is_combiner)
+                 if is_combiner(c)]
     assert len(combiners) == 3 * TINY.n_layers + 1  # q, k, v per block and the final GRN
     return float(sum(jnp.linalg.norm(c.w) for c in combiners))
 

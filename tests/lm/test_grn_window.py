@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from zoo_helpers import F64, logits, perturb, tokens
 
-from dca_theory.lm.analysis import slot_labels
+from dca_theory.lab.analysis import slot_labels
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import build_model
 from dca_theory.lm.params import count_params, param_count

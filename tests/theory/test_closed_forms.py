@@ -271,3 +271,15 @@ def test_task_complexity():
     A = spd_target(rng, 10, 2.0, 8.0)
     lo, hi, kappa = th.task_complexity(A)
     assert (lo, hi, kappa) == pytest.approx((2.0, 8.0, 0.25), rel=1e-10)
+
+
+def test_normalised_gain_guarantee_falls_with_rank_and_vanishes_at_full_rank():
+    """The 0-1 scaled G2 guarantee set against measured ranks (LM width experiment)."""
+    d = 64
+    g = th.normalised_gain_guarantee("grn_v2", d, np.arange(0, 2 * d), 0.5)
+    assert g[0] == pytest.approx(1.0)  # normalised at r_* = 0
+    assert np.all(np.diff(g) <= 1e-12)  # non-increasing in the collective rank
+    assert np.all(g >= 0) and np.all(g[d:] == 0)  # clipped; r_* >= d: ResNet already exact
+    # a larger kappa (more complex task) keeps a positive guarantee to a larger rank
+    assert (th.normalised_gain_guarantee("grn_v2", d, 8, 0.8)
+            > th.normalised_gain_guarantee("grn_v2", d, 8, 0.3))

@@ -79,9 +79,8 @@ def test_random_nets_lie_in_the_class(kind):
 
 @pytest.mark.parametrize("kind", C.KINDS)
 def test_numpy_forward_matches_shared_jax_operator(kind):
-    import jax.numpy as jnp
-
     import equinox as eqx
+    import jax.numpy as jnp
 
     from dca_theory.residual import ResidualStack, combine, make_combiner
 

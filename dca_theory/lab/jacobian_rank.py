@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dca_theory.lm.analysis import residual_states
+from dca_theory.lab.analysis import residual_states
 from dca_theory.lm.blocks import DCABlock, PreLNBlock
 from dca_theory.sim.rank import (
     JacobianRank,

@@ -1,7 +1,7 @@
 """Summaries of a table of cached LM runs (one row per architecture), shared by
 ``lm_ablation`` (paper Table 7) and ``lm_related_work`` (paper Table 5).
 
-A row is the cached record of one multi-seed run (see :mod:`experiments._lm_common`); all rows
+A row is the cached record of one multi-seed run (see :mod:`dca_theory.lab.lm_runs`); all rows
 of a table share the seeds, so every comparison between two rows is paired by seed.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._lm_common import mean_std, paired, ppl
+from dca_theory.lab.lm_runs import ppl
+from dca_theory.lab.statistics import mean_std, paired
 
 
 def row_summary(record: dict) -> dict:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from dca_theory.io import read_json, to_jsonable, write_json
 from dca_theory.lm.config import ModelConfig
@@ -114,7 +113,8 @@ def cache_dir(run_path: Path) -> Path:
     return Path(run_path).parent / "lm_runs"
 
 
-def _corpus(name: str):
+def cached_corpus(name: str):
+    """The corpus ``name``, loaded once per process (every run of one dataset shares it)."""
     from dca_theory.lm import data as lm_data
 
     if name not in _CORPORA:
@@ -137,7 +137,7 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
         return read_json(folder / "record.json")
     if s.init_from is not None:
         ensure_run(s.init_from, cache, log=log)
-    from dca_theory.lm.seeds import train_lm_seeds
+    from dca_theory.lab.seeds import train_lm_seeds
 
     models = None
     if s.init_from is not None:
@@ -145,8 +145,9 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
 
         models = [retrofit(m, s.model.replace(vocab_size=m.cfg.vocab_size))
                   for m in load_models(s.init_from, cache)]
-    runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=_corpus(s.train.data), models=models,
-                          desc=s.label, keep_params=True, final_batches=s.final_batches,
+    runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=cached_corpus(s.train.data),
+                          models=models, desc=s.label, keep_params=True,
+                          final_batches=s.final_batches,
                           log=(lambda **r: log(run=s.label, **r)) if log else None)
     folder.mkdir(parents=True, exist_ok=True)
     _save_params(folder, runs)
@@ -180,7 +181,7 @@ def load_models(s: RunSpec, cache: Path) -> list:
     import equinox as eqx
     import jax
 
-    from dca_theory.lm.seeds import init_models, stack_models
+    from dca_theory.lab.seeds import init_models, stack_models
 
     folder = Path(cache) / s.key
     record = ensure_run(s, cache)
@@ -194,32 +195,6 @@ def load_models(s: RunSpec, cache: Path) -> list:
     params = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
     return [eqx.combine(jax.tree_util.tree_map(lambda x: x[i], params), static)
             for i in range(len(s.seeds))]
-
-
-# ----------------------------------------------------------------------------- statistics
-
-
-def mean_std(values) -> dict:
-    """Mean, sample standard deviation (ddof=1) and n."""
-    v = np.asarray(values, float)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
-            "n": int(v.size)}
-
-
-def paired(a, b) -> dict:
-    """Seed-paired difference ``b - a``: mean ± std, a two-sided paired t-test p-value, a 95%
-    confidence interval, and on how many seeds ``b`` is lower (better for perplexity)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    d = b - a
-    out = {**mean_std(d), "per_seed": d.tolist(), "b_lower_seeds": int((d < 0).sum())}
-    if d.size > 1 and d.std(ddof=1) > 0:
-        se = d.std(ddof=1) / np.sqrt(d.size)
-        half = float(stats.t.ppf(0.975, d.size - 1) * se)
-        out |= {"p_value": float(stats.ttest_rel(b, a).pvalue),
-                "ci95": [float(d.mean() - half), float(d.mean() + half)]}
-    else:
-        out |= {"p_value": None, "ci95": None}
-    return out
 
 
 def ppl(record: dict, split: str = "test") -> list[float]:

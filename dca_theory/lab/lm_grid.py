@@ -1,5 +1,5 @@
-"""The training runs of every ``lm_*`` experiment, as :class:`~experiments._lm_common.RunSpec`
-lists (one function per experiment), and ``python -m experiments._lm_grid [--quick]``, which
+"""The training runs of every ``lm_*`` experiment, as :class:`~dca_theory.lab.lm_runs.RunSpec`
+lists (one function per experiment), and ``python -m dca_theory.lab.lm_grid [--quick]``, which
 trains them all into the cache in priority order (so that later experiments only read it).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments._lm_common import RunSpec, ensure_run, spec
+from dca_theory.lab.lm_runs import RunSpec, ensure_run, spec
 
 ABLATION_KINDS: tuple[str, ...] = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca")
 RELATED_KINDS: tuple[str, ...] = ("denseformer", "hyper_connections", "laurel_pa")

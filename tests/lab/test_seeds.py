@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
+from dca_theory.lab.seeds import init_models, train_lm_seeds
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.config import PRESETS
-from dca_theory.lm.seeds import init_models, train_lm_seeds
 from dca_theory.lm.steps import weighted_nll
 from dca_theory.lm.train_config import LMTrainConfig
 

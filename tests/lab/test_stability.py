@@ -1,5 +1,5 @@
 """Spike detection on synthetic loss curves with planted spikes, and the rate statistics
-(:mod:`dca_theory.lm.stability`)."""
+(:mod:`dca_theory.lab.stability`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dca_theory.lm.stability import (
+from dca_theory.lab.stability import (
     MAD_TO_SIGMA,
     SpikeRule,
     detect_spikes,

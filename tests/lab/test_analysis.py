@@ -6,7 +6,7 @@ import equinox as eqx
 import numpy as np
 import pytest
 
-from dca_theory.lm.analysis import (
+from dca_theory.lab.analysis import (
     bias_profile,
     grn_weights,
     residual_states,
