@@ -2,8 +2,8 @@ r"""The fast path of stack-reading GRNs: the LM's default (``ModelConfig.grn_imp
 
 **What it replaces.** The reference path (``grn_impl="reference"``) is the readable one: stack
 the entries into one ``(S, *batch, D)`` array, call each combiner
-(:class:`~dca_theory.residual.AbstractCombiner`) on it, then the LayerNorms; autodiff does the rest. It copies every entry once per block, and
-autodiff keeps, per GRN, the stacked array and the broadcast coefficients ``b_i + gate_i``
+(:class:`~dca_theory.residual.AbstractCombiner`) on it, then the LayerNorms; autodiff does the
+rest. It copies every entry once per block, and autodiff keeps, per GRN, the stacked array and the broadcast coefficients ``b_i + gate_i``
 (``S × batch × D`` each): over a depth-``n`` DCA that is ``O(n²)`` extra activation memory and
 ``O(n²)`` copies, although every block output already lives in memory once.
 
