@@ -44,13 +44,8 @@ from jaxtyping import Array, Float, Int
 
 from dca_theory.lab.analysis import residual_states
 from dca_theory.lm.blocks import DCABlock, PreLNBlock
-from dca_theory.sim.rank import (
-    JacobianRank,
-    effective_rank,
-    numerical_rank,
-    singular_values,
-    stable_rank,
-)
+from dca_theory.sim.rank import JacobianRank
+from dca_theory.spectra import effective_rank, numerical_rank, singular_values, stable_rank
 
 RTOL = 1e-2  # the "structural" rank: singular values above 1% of the largest
 
