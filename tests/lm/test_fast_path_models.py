@@ -7,24 +7,11 @@ fast path's operations one by one: ``test_fast_path.py``.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from tree_helpers import assert_trees_close
 from zoo_helpers import F64, perturb, tokens
 
 from dca_theory.lm.model import build_model
-
-# Relative to the largest magnitude in the whole compared tree: some gradients are exactly 0
-# in exact arithmetic (e.g. LN_k's bias: softmax ignores a shift shared by all keys) and only
-# rounding noise (~1e-18) in either path.
-RTOL = 1e-11
-
-
-def assert_trees_close(a, b, rtol=RTOL):
-    xs, ys = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    assert len(xs) == len(ys)
-    scale = max(float(jnp.max(jnp.abs(y))) for y in ys)
-    for x, y in zip(xs, ys):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=rtol * scale)
 
 
 def _loss(model, toks):

@@ -4,21 +4,11 @@ written-out formula (:func:`dca_theory.lm.norm.layer_norm_reference`) in value a
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from tree_helpers import assert_trees_close
 
 from dca_theory.lm.blocks import LayerNorm
 from dca_theory.lm.norm import layer_norm, layer_norm_reference
-
-RTOL = 1e-11
-
-
-def assert_trees_close(a, b, rtol=RTOL):
-    xs, ys = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    assert len(xs) == len(ys)
-    scale = max(float(jnp.max(jnp.abs(y))) for y in ys)
-    for x, y in zip(xs, ys):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=rtol * scale)
 
 
 @pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 7)])
