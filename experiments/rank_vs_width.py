@@ -147,8 +147,9 @@ def run_bucket(kind: str, bucket: int, widths, cfg, teachers, pbar=None) -> list
                        learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
     trained, losses = fit_many(models, tstack, keys, tcfg, target_batched=True)
     kx, kt = jax.random.split(jax.random.PRNGKey(cfg.seed + 5))
-    xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim))
-    x_test = jax.random.normal(kt, (cfg.test_inputs, cfg.dim))
+    # float32 like the models, also when a caller has enabled x64
+    xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim), jnp.float32)
+    x_test = jax.random.normal(kt, (cfg.test_inputs, cfg.dim), jnp.float32)
     mse, jac, jac_skip, layers, alpha = jax.device_get(_measure(trained, tstack, xs, x_test))
     eye = np.eye(cfg.dim, dtype=jac.dtype)
     rows = []

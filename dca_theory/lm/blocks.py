@@ -64,6 +64,13 @@ def matmul_dtype(compute_dtype: str | None, weight: Array) -> jnp.dtype:
     return weight.dtype if compute_dtype is None else jnp.dtype(compute_dtype)
 
 
+def at_least_float32(dtype) -> jnp.dtype:
+    """``dtype`` widened to float32 if narrower (statistics and scores of a bf16 model in f32):
+    ``jnp.promote_types(dtype, float32)``, spelled so that it also holds under strict promotion."""
+    dtype = jnp.dtype(dtype)
+    return dtype if dtype.itemsize >= 4 else jnp.dtype(jnp.float32)
+
+
 def xavier_uniform(key: PRNGKeyArray, fan_in: int, fan_out: int, dtype) -> Array:
     limit = math.sqrt(6.0 / (fan_in + fan_out))
     return jax.random.uniform(key, (fan_in, fan_out), dtype, -limit, limit)
@@ -106,7 +113,7 @@ class LayerNorm(eqx.Module):
         return cls(scale=jnp.ones((dim,), dtype), bias=jnp.zeros((dim,), dtype), eps=eps)
 
     def __call__(self, x: Float[Array, "*batch D"], out_dtype=None) -> Float[Array, "*batch D"]:
-        stat_dtype = jnp.promote_types(self.scale.dtype, jnp.float32)
+        stat_dtype = at_least_float32(self.scale.dtype)
         y = layer_norm(x, self.scale.astype(stat_dtype), self.bias.astype(stat_dtype),
                        self.eps, stat_dtype)
         return y.astype(out_dtype or self.scale.dtype)
@@ -139,7 +146,7 @@ class Attention(eqx.Module):
     ) -> Float[Array, "L D"]:
         # Scores and softmax in float32 at least, even if the weights were cast to bf16.
         cd = matmul_dtype(self.compute_dtype, self.w_q_DxD)
-        acc = jnp.promote_types(self.w_q_DxD.dtype, jnp.float32)
+        acc = at_least_float32(self.w_q_DxD.dtype)
         L, D = xq_LxD.shape
         H = self.n_heads
         K = D // H
@@ -273,7 +280,7 @@ class DCABlock(eqx.Module):
             stack_SxLxD = stack if isinstance(stack, jax.Array) else jnp.stack(stack)
             raw = tuple(g(stack_SxLxD) for g in grns)
             return tuple(n(x) for n, x in zip(norms, raw)), raw, tuple(stack)
-        stat_dtype = jnp.promote_types(self.ln_q.scale.dtype, jnp.float32)
+        stat_dtype = at_least_float32(self.ln_q.scale.dtype)
         normed, raw, entries = grn_layer_norm(grns, norms, tuple(stack), stat_dtype)
         return tuple(x.astype(n.scale.dtype) for n, x in zip(norms, normed)), raw, entries
 

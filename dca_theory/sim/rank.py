@@ -31,7 +31,7 @@ def _as_matrix(m) -> np.ndarray:
     return arr
 
 
-def default_tol(sv: np.ndarray, shape: tuple[int, int], dtype) -> np.ndarray:
+def default_tol(sv: np.ndarray, shape: tuple[int, int], dtype) -> np.ndarray | np.floating:
     """``σ_max · max(m, n) · eps(dtype)`` per matrix (sv sorted descending on the last axis)."""
     return sv[..., 0] * max(shape) * np.finfo(dtype).eps
 
@@ -41,7 +41,9 @@ def singular_values(m) -> np.ndarray:
     return np.linalg.svd(arr, compute_uv=False)
 
 
-def numerical_rank(m, tol: float | None = None, *, rtol: float | None = None) -> np.ndarray:
+def numerical_rank(
+    m, tol: float | None = None, *, rtol: float | None = None
+) -> np.ndarray | np.integer:
     """Number of singular values > tol (absolute) or > rtol·σ_max; default ``default_tol``.
 
     Works on a batch ``(..., m, n)``; returns an int array of the batch shape.

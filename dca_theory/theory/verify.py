@@ -27,6 +27,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 VERDICTS = ("confirmed", "corrected", "open", "FAILED")
 
 
@@ -46,7 +48,7 @@ class Row:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
 
-def verdict(ok: bool, corrected: bool = False) -> str:
+def verdict(ok: bool | np.bool_, corrected: bool | np.bool_ = False) -> str:
     """``FAILED`` unless ``ok``; then ``corrected`` or ``confirmed``."""
     if not ok:
         return "FAILED"
