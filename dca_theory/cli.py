@@ -6,8 +6,9 @@ never load training code):
 * ``dca-theory figures [--out DIR] [--experiments]``: theory figures from closed forms
   (``--experiments`` also redraws the figures of saved experiment results);
 * ``dca-theory verify [--json]``: the verification report of every Section 4 claim;
-* ``dca-theory run NAME [--quick] [--out DIR]``: one experiment of ``experiments/``
-  (``dca-theory run --list`` lists them);
+* ``dca-theory run NAME [--quick] [--out DIR] [--set KEY=VALUE ...]``: one experiment of
+  ``experiments/`` (``dca-theory run --list`` lists them; ``dca-theory run NAME --show`` lists
+  the settings that ``--set`` can change, see :mod:`dca_theory.overrides`);
 * ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
 
 Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2.
@@ -42,7 +43,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.name not in names:
         raise ValueError(f"unknown experiment {args.name!r}; valid: {', '.join(names)}")
     mod = importlib.import_module(f"experiments.{args.name}")
-    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite)
+    if (args.overrides or args.show) and not hasattr(mod, "settings"):
+        raise ValueError(f"experiment {args.name!r} has no --set settings")
+    if args.show:
+        from dca_theory.overrides import describe
+
+        preset = "quick" if args.quick else "full"
+        print(f"{args.name} settings ({preset} preset{', with --set' if args.overrides else ''};"
+              " change with --set KEY=VALUE):")
+        for line in describe(mod.settings(args.quick, args.overrides)):
+            print(f"  {line}")
+        return 0
+    extra = {"overrides": args.overrides} if args.overrides else {}
+    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite, **extra)
     print(f"results in {run_dir}")
     return 0
 
@@ -95,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run directory (default: experiments/results/NAME"
                    " or runs/NAME-quick)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished run in --out")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one setting (repeatable; lists comma-separated, e.g. "
+                   "--set widths=1,2,4 --set kinds=res,grn_v1); runs with --set default to "
+                   "runs/NAME[-quick]-set-HASH and record the settings in config.json")
+    p.add_argument("--show", action="store_true",
+                   help="print the experiment's settings (with --quick/--set applied) and exit")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("lm", help="DCA transformer LM: train, eval, sample, info",

@@ -30,7 +30,7 @@ def _as_matrix(m) -> np.ndarray:
     return arr
 
 
-def default_tol(sv: np.ndarray, shape: tuple[int, int], dtype) -> np.ndarray:
+def default_tol(sv: np.ndarray, shape: tuple[int, int], dtype) -> np.ndarray | np.floating:
     """``σ_max · max(m, n) · eps(dtype)`` per matrix (sv sorted descending on the last axis)."""
     return sv[..., 0] * max(shape) * np.finfo(dtype).eps
 
@@ -41,7 +41,7 @@ def singular_values(m) -> np.ndarray:
 
 
 def numerical_rank(m, tol: float | None = None, *, rtol: float | None = None,
-                   atol: float = 0.0) -> np.ndarray:
+                   atol: float = 0.0) -> np.ndarray | np.integer:
     """Number of singular values > tol (absolute) or > max(rtol·σ_max, atol); default
     ``default_tol``.
 

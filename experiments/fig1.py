@@ -5,7 +5,7 @@ N(0, I), mini-batch SGD with batch 100, 1000 steps) GRN-v1 learns (a) the identi
 small loss while the ResNet does not, and reaches a lower loss on (b) y = A x + b with A, b
 standard normal.
 
-Command: ``dca-theory run fig1 [--quick]``.
+Command: ``dca-theory run fig1 [--quick] [--set KEY=VALUE ...]`` (``--show`` lists the settings).
 Runtime: full ~15–25 min on 2 idle CPU cores (4 kinds × 2 tasks, each one compiled program
 vmapped over learning rates × seeds); quick < 1 minute. Each (task, kind) is cached in the run
 directory (``job_*.npz``/``.json``), so an interrupted run resumes, and several processes can
@@ -36,10 +36,12 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.residual import check_kind
 from dca_theory.sim import ToyTrainConfig, fit_many, gaussian_target, identity_target
 
 NAME = "fig1"
+TASKS: tuple[str, ...] = ("identity", "gaussian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +60,32 @@ class Fig1Config:
     dtype: str = "float32"
     seed: int = 0
 
+    def __post_init__(self):
+        if not self.kinds or not self.tasks or not self.learning_rates:
+            raise ValueError("kinds, tasks and learning_rates must not be empty")
+        for name in ("dim", "depth", "rank", "batch_size", "steps", "seeds", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.rank > self.dim:
+            raise ValueError(f"rank {self.rank} out of range: need 1 <= rank <= d={self.dim}")
+        for kind in self.kinds:
+            check_kind(kind)
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: float32, float64")
+        if min(self.learning_rates) <= 0:
+            raise ValueError(f"learning rates must be > 0, got {min(self.learning_rates)}")
+
 
 QUICK = Fig1Config(dim=20, depth=3, steps=100, init_std=0.4, kinds=("res", "grn_v1"),
                    learning_rates=(1e-2, 3e-2), seeds=1, dtype="float32")
+
+
+def settings(quick: bool = False, overrides=()) -> Fig1Config:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return apply_overrides(QUICK if quick else Fig1Config(), overrides)
 
 
 def _target(task: str, cfg: Fig1Config, dtype):
@@ -131,11 +156,11 @@ def _cached_job(path: Path, task: str, kind: str, cfg: Fig1Config) -> dict:
     return res
 
 
-def work(out=None, quick: bool = False) -> None:
+def work(out=None, quick: bool = False, overrides=()) -> None:
     """Worker: run every (task, kind) job not yet cached or claimed in the run directory
     (start several to share the jobs; then ``main`` assembles the run)."""
-    cfg = QUICK if quick else Fig1Config()
-    path = Path(out or default_run_dir(NAME, quick))
+    cfg = settings(quick, overrides)
+    path = Path(out or run_dir(NAME, quick, overrides))
     path.mkdir(parents=True, exist_ok=True)
     for task in cfg.tasks:
         for kind in cfg.kinds:
@@ -155,19 +180,21 @@ def _is_cached(path: Path, task: str, kind: str, cfg: Fig1Config) -> bool:
     return meta.exists() and read_json(meta)["config"] == to_jsonable(cfg)
 
 
-def summarize_cached(out=None, quick: bool = False) -> Path:
+def summarize_cached(out=None, quick: bool = False, overrides=()) -> Path:
     """Write the summary from the jobs cached so far (``complete: false`` and the missing
     jobs listed if unfinished); never trains."""
-    return main(quick=quick, out=out, overwrite=True, cached_only=True)
+    return main(quick=quick, out=out, overwrite=True, cached_only=True, overrides=overrides)
 
 
 def main(quick: bool = False, out=None, overwrite: bool = False,
-         cached_only: bool = False) -> Path:
-    cfg = QUICK if quick else Fig1Config()
+         cached_only: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
     if cfg.dtype == "float64":
         jax.config.update("jax_enable_x64", True)  # machine-precision losses need float64
-    run = RunDir(out or default_run_dir(NAME, quick), cfg, overwrite=overwrite)
-    summary: dict = {"config": dataclasses.asdict(cfg), "results": {}, "missing_jobs": []}
+    run = RunDir(out or run_dir(NAME, quick, overrides), record(cfg, overrides),
+                 overwrite=overwrite)
+    summary: dict = {"config": dataclasses.asdict(cfg), "results": {}, "missing_jobs": [],
+                     **summary_entry(overrides)}
     curves = {}
     jobs = [(t, k) for t in cfg.tasks for k in cfg.kinds]
     for task, kind in tqdm(jobs, desc="fig1 (task, kind)"):

@@ -8,7 +8,7 @@ use all their capacity) and measure, at 32 inputs, the numerical rank (default t
 (I, α I, D, or (b + ReLU(wᵀx)) ⊙ x for GRN-v3, which the paper does not cover). The bound must
 hold exactly; J_f − I is also reported to show that the GRN classes are genuinely larger.
 
-Command: ``dca-theory run prop45 [--quick]``.
+Command: ``dca-theory run prop45 [--quick] [--set KEY=VALUE ...]`` (``--show`` lists the settings).
 Runtime: ~1–3 min on 2 idle CPU cores; quick < 1 minute.
 Expected result: rank ≤ min r_t for base and ≤ r_* for every other kind (equality generically);
 J_f − I has full rank d for the GRNs.
@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.residual import check_kind
 from dca_theory.sim import BottleneckTeacher, ToyTrainConfig, fit_many, jacobian_rank
 
 NAME = "prop45"
@@ -45,15 +46,33 @@ class Prop45Config:
     jacobian_inputs: int = 32
     seed: int = 0
 
+    def __post_init__(self):
+        if not self.widths or not self.kinds:
+            raise ValueError("widths and kinds must not be empty")
+        for name in ("dim", "seeds", "steps", "batch_size", "jacobian_inputs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        bad = [w for w in self.widths if not 1 <= w <= self.dim]
+        if bad:
+            raise ValueError(f"width {bad[0]} out of range: need 1 <= width <= d={self.dim}")
+        for kind in self.kinds:
+            check_kind(kind)
+
 
 QUICK = Prop45Config(dim=10, widths=(1, 2), kinds=("base", "res", "grn_v1"), seeds=1,
                      steps=50, jacobian_inputs=6)
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+def settings(quick: bool = False, overrides=()) -> Prop45Config:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return apply_overrides(QUICK if quick else Prop45Config(), overrides)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
     jax.config.update("jax_enable_x64", True)  # the default tolerance is float64 eps
-    cfg = QUICK if quick else Prop45Config()
-    run = RunDir(out or default_run_dir(NAME, quick), cfg, overwrite=overwrite)
+    cfg = settings(quick, overrides)
+    run = RunDir(out or run_dir(NAME, quick, overrides), record(cfg, overrides),
+                 overwrite=overwrite)
     depth, r_star = len(cfg.widths), sum(cfg.widths)
     teacher = BottleneckTeacher(cfg.dim, cfg.dim, alpha=cfg.teacher_alpha,
                                 key=jax.random.PRNGKey(cfg.seed + 3), dtype=jnp.float64)
@@ -79,5 +98,6 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
             run.log(**row)
             results[f"{kind}/seed={s}"] = row
     run.finish({"config": dataclasses.asdict(cfg), "r_star": r_star, "results": results,
-                "all_hold": all(r["holds"] for r in results.values())})
+                "all_hold": all(r["holds"] for r in results.values()),
+                **summary_entry(overrides)})
     return run.path

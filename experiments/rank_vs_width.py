@@ -17,7 +17,9 @@ V_t U_t.
 Speed: widths are padded into buckets (default {1..16} -> 16, {32, 64} -> 64) so that one compiled
 program trains every (width, teacher, seed) of a bucket under ``jax.vmap``.
 
-Command: ``dca-theory run rank_vs_width [--quick]``.
+Command: ``dca-theory run rank_vs_width [--quick] [--set KEY=VALUE ...]`` (``--show`` lists the
+settings, e.g. ``--set dim=128 --set widths=1,2,4,8 --set kinds=res,grn_v1
+--set teachers=2:2.0,8:1.0``; teachers are ``rank:alpha`` pairs).
 Runtime: full ~10–20 min on 2 idle CPU cores (8 compiled programs); quick < 1 minute.
 Expected result: test error falls with width for every kind; for α = 2 the GRNs beat the
 ResNet at small width by a margin that shrinks as width grows; the GRN's residual rank
@@ -37,7 +39,8 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.residual import check_kind
 from dca_theory.sim import (
     BottleneckTeacher,
     ToyTrainConfig,
@@ -68,10 +71,8 @@ class RankWidthConfig:
     log_every: int = 50
     seed: int = 0
 
-
-QUICK = RankWidthConfig(dim=16, depth=2, widths=(1, 4, 16), buckets=(16,),
-                        kinds=("res", "grn_v1"), teachers=((2, 2.0),), seeds=1, steps=80,
-                        jacobian_inputs=4, test_inputs=512)
+    def __post_init__(self):
+        _check(self)
 
 
 def _bucket_of(width: int, buckets) -> int:
@@ -82,11 +83,34 @@ def _bucket_of(width: int, buckets) -> int:
 
 
 def _check(cfg: RankWidthConfig) -> None:
+    for name in ("widths", "buckets", "kinds", "teachers"):
+        if not getattr(cfg, name):
+            raise ValueError(f"{name} must not be empty")
+    for name in ("dim", "depth", "seeds", "steps", "batch_size", "jacobian_inputs",
+                 "test_inputs", "log_every"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     bad = [w for w in cfg.widths if not 1 <= w <= cfg.dim]
     if bad:
         raise ValueError(f"width {bad[0]} out of range: need 1 <= width <= d={cfg.dim}")
     if max(cfg.buckets) > cfg.dim:
         raise ValueError(f"bucket {max(cfg.buckets)} exceeds d={cfg.dim}")
+    _bucket_of(max(cfg.widths), cfg.buckets)
+    for kind in cfg.kinds:
+        check_kind(kind)
+    bad_rank = [k for k, _ in cfg.teachers if not 1 <= k <= cfg.dim]
+    if bad_rank:
+        raise ValueError(f"teacher rank {bad_rank[0]} out of range: need 1 <= k <= d={cfg.dim}")
+
+
+QUICK = RankWidthConfig(dim=16, depth=2, widths=(1, 4, 16), buckets=(16,),
+                        kinds=("res", "grn_v1"), teachers=((2, 2.0),), seeds=1, steps=80,
+                        jacobian_inputs=4, test_inputs=512)
+
+
+def settings(quick: bool = False, overrides=()) -> RankWidthConfig:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return apply_overrides(QUICK if quick else RankWidthConfig(), overrides)
 
 
 def _teachers(cfg: RankWidthConfig):
@@ -129,8 +153,9 @@ def run_bucket(kind: str, bucket: int, widths, cfg, teachers, pbar=None) -> list
                           learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
     trained, losses = fit_many(models, tstack, keys, tcfg, target_batched=True)
     kx, kt = jax.random.split(jax.random.PRNGKey(cfg.seed + 5))
-    xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim))
-    x_test = jax.random.normal(kt, (cfg.test_inputs, cfg.dim))
+    # float32 like the models, also when a caller has enabled x64
+    xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim), jnp.float32)
+    x_test = jax.random.normal(kt, (cfg.test_inputs, cfg.dim), jnp.float32)
     mse, jac, jac_skip, layers, alpha = jax.device_get(_measure(trained, tstack, xs, x_test))
     eye = np.eye(cfg.dim, dtype=jac.dtype)
     rows = []
@@ -206,12 +231,11 @@ def _cached_bucket(path: Path, kind, bucket, widths, cfg, teachers, pbar=None) -
     return rows
 
 
-def work(out=None, quick: bool = False) -> None:
+def work(out=None, quick: bool = False, overrides=()) -> None:
     """Worker: run every (kind, bucket) job not yet cached or claimed (``.lock``) in the run
     directory; start several to share a sweep, then ``main`` assembles it."""
-    cfg = QUICK if quick else RankWidthConfig()
-    _check(cfg)
-    path = Path(out or default_run_dir(NAME, quick))
+    cfg = settings(quick, overrides)
+    path = Path(out or run_dir(NAME, quick, overrides))
     path.mkdir(parents=True, exist_ok=True)
     teachers = _teachers(cfg)
     for kind in cfg.kinds:
@@ -227,11 +251,11 @@ def work(out=None, quick: bool = False) -> None:
                 lock.unlink(missing_ok=True)
 
 
-def summarize_cached(out=None, quick: bool = False) -> Path:
+def summarize_cached(out=None, quick: bool = False, overrides=()) -> Path:
     """Write the run's summary from the jobs cached so far (``complete: false`` and the list
     of missing jobs if the sweep is unfinished); never trains."""
-    cfg = QUICK if quick else RankWidthConfig()
-    path = Path(out or default_run_dir(NAME, quick))
+    cfg = settings(quick, overrides)
+    path = Path(out or run_dir(NAME, quick, overrides))
     rows, missing = [], []
     for kind in cfg.kinds:
         for bucket in _groups(cfg):
@@ -240,18 +264,18 @@ def summarize_cached(out=None, quick: bool = False) -> Path:
                 rows += read_json(cache)["rows"]
             else:
                 missing.append(f"{kind}/bucket={bucket}")
-    run = RunDir(path, cfg, overwrite=True)
+    run = RunDir(path, record(cfg, overrides), overwrite=True)
     for r in rows:
         run.log(**r)
     run.finish({"config": dataclasses.asdict(cfg), "complete": not missing,
-                "missing_jobs": missing, **_aggregate(rows, cfg)})
+                "missing_jobs": missing, **_aggregate(rows, cfg), **summary_entry(overrides)})
     return run.path
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    cfg = QUICK if quick else RankWidthConfig()
-    _check(cfg)
-    run = RunDir(out or default_run_dir(NAME, quick), cfg, overwrite=overwrite)
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    run = RunDir(out or run_dir(NAME, quick, overrides), record(cfg, overrides),
+                 overwrite=overwrite)
     teachers = _teachers(cfg)
     total = len(cfg.kinds) * len(cfg.widths) * len(cfg.teachers) * cfg.seeds
     rows = []
@@ -263,6 +287,6 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                     run.log(**r)
                 rows += new
     summary = {"config": dataclasses.asdict(cfg), "complete": True, "missing_jobs": [],
-               **_aggregate(rows, cfg)}
+               **_aggregate(rows, cfg), **summary_entry(overrides)}
     run.finish(summary)
     return run.path

@@ -17,7 +17,9 @@ All seeds train at once (``vmap``).
 
 **Command.** ``dca-theory run vit_digits`` (full; writes ``experiments/results/vit_digits``)
 or ``dca-theory run vit_digits --quick`` (2 seeds, 2-layer width-16 model, 150 steps; writes
-``runs/vit_digits-quick``). Figure: ``dca-theory figures --experiments``
+``runs/vit_digits-quick``); ``--set KEY=VALUE`` changes one setting (``--show`` lists them,
+e.g. ``--set train.steps=300 --set seeds=0,1 --set model.n_layers=2``). Figure:
+``dca-theory figures --experiments``
 (``figures/fig_vit_digits.py``).
 
 **Runtime.** Full: 18 minutes wall on a 2-core machine shared with other jobs (load ~14);
@@ -35,15 +37,17 @@ size of the ImageNet gain. See ``paper/07_vit.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import numpy as np
 
+from dca_theory import schemes
 from dca_theory.io import RunDir
 from dca_theory.lab.statistics import mean_std
-from dca_theory.paths import default_run_dir
-from dca_theory.vit.config import preset
+from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.vit.config import ViTConfig, preset
 from dca_theory.vit.data import DIGITS_SPLIT_SEED, DIGITS_TEST_FRACTION, load_digits
 from dca_theory.vit.model import param_count
 from dca_theory.vit.train import ViTTrainConfig, train_vit_seeds
@@ -59,6 +63,31 @@ QUICK = {"model": preset("digits_tiny"), "seeds": (0, 1),
 # Paper Table 8 (ViT-S/16, ImageNet), for the summary and the figure.
 PAPER_TABLE8 = {"vanilla": {"accuracy": 0.764, "loss": 0.5698},
                 "dca": {"accuracy": 0.771, "loss": 0.5284}}
+
+
+@dataclasses.dataclass(frozen=True)
+class DigitsSettings:
+    """Everything ``--set`` can change: the model (``model.n_layers``), the optimisation
+    (``train.steps``), the seeds and the residual kinds compared (each replaces
+    ``model.residual``)."""
+
+    model: ViTConfig
+    train: ViTTrainConfig
+    seeds: tuple[int, ...]
+    residuals: tuple[str, ...] = RESIDUALS
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and not empty, got {self.seeds}")
+        if not self.residuals:
+            raise ValueError("residuals must not be empty")
+        for kind in self.residuals:
+            schemes.check(kind, schemes.names(lm=True), what="residual")
+
+
+def settings(quick: bool = False, overrides=()) -> DigitsSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return apply_overrides(DigitsSettings(**(QUICK if quick else FULL)), overrides)
 
 
 def summarise(results: dict, params: dict) -> dict:
@@ -82,17 +111,18 @@ def summarise(results: dict, params: dict) -> dict:
     return out
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    spec = QUICK if quick else FULL
-    cfg, tc, seeds = spec["model"], spec["train"], spec["seeds"]
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    spec = settings(quick, overrides)
+    cfg, tc, seeds, residuals = spec.model, spec.train, spec.seeds, spec.residuals
     config = {"experiment": NAME, "quick": quick, "model": cfg, "train": tc,
-              "seeds": list(seeds), "residuals": list(RESIDUALS),
+              "seeds": list(seeds), "residuals": list(residuals),
               "data": {"name": "sklearn digits", "test_fraction": DIGITS_TEST_FRACTION,
                        "split_seed": DIGITS_SPLIT_SEED, "stratified": True}}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
+    run = RunDir(out or run_dir(NAME, quick, overrides), record(config, overrides),
+                 overwrite=overwrite)
     train, test = load_digits()
     results, params = {}, {}
-    for kind in RESIDUALS:
+    for kind in residuals:
         kind_cfg = cfg.replace(residual=kind)
         params[kind] = param_count(kind_cfg)
         start = time.perf_counter()
@@ -100,8 +130,9 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
         r["wall_s"] = time.perf_counter() - start
         results[kind] = r
     summary = summarise(results, params)
-    summary |= {"n_train": len(train), "n_test": len(test), "paper_table8": PAPER_TABLE8}
+    summary |= {"n_train": len(train), "n_test": len(test), "paper_table8": PAPER_TABLE8,
+                **summary_entry(overrides)}
     if not quick:  # tracing the 22M-parameter ViT-S/16 twice is not worth it in quick mode
-        summary["s16_params"] = {k: param_count(preset("s16", residual=k)) for k in RESIDUALS}
+        summary["s16_params"] = {k: param_count(preset("s16", residual=k)) for k in residuals}
     run.finish(summary)
     return run.path

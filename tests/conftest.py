@@ -1,4 +1,4 @@
-"""Shared test setup: float64 available, strict rank promotion, the data directory, markers.
+"""Shared test setup: float64, strict rank and dtype promotion, the data directory, markers.
 
 The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
 checkout (where CI lays it). Tests that need it skip with a message when it is absent.
@@ -14,6 +14,8 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# Mixed dtypes must be cast explicitly (weak-typed Python scalars still promote as usual).
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +26,18 @@ def data_dir() -> Path:
     if not (path / "ptb").is_dir():
         pytest.skip(f"no corpora at {path}; set DCA_DATA_DIR")
     return path
+
+
+@pytest.fixture
+def unchecked():
+    """Switch jaxtyping's annotation checks off for one test: for tests of the one-line
+    ValueErrors a user gets for a wrongly typed value (outside the tests no annotation is
+    checked, so the code's own checks are what stands)."""
+    import jaxtyping
+
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", False)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pathlib import Path
 import equinox as eqx
 import jax
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Int
 
 from dca_theory.io import write_json
 from dca_theory.lm.config import ModelConfig
@@ -100,7 +100,9 @@ def _states(model: TransformerLM, tokens_L: Array):
     return model.forward_with_states(tokens_L, inference=True)[1]
 
 
-def residual_states(model: TransformerLM, tokens_L: Int[Array, " L"]) -> dict[str, np.ndarray]:
+def residual_states(
+    model: TransformerLM, tokens_L: Int[ArrayLike, " L"]
+) -> dict[str, np.ndarray]:
     """Per-layer residual-stream states of one sequence (no dropout), as numpy arrays.
 
     Keys are described in :mod:`dca_theory.lm.trunk` (``embed``, ``block_{t}_in``,

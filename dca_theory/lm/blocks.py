@@ -51,7 +51,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_and_norm
-from dca_theory.lm.norm import layer_norm
+from dca_theory.lm.norm import at_least_float32, layer_norm
 from dca_theory.residual import AbstractCombiner, make_combiner
 
 
@@ -107,7 +107,7 @@ class LayerNorm(eqx.Module):
         return cls(scale=jnp.ones((dim,), dtype), bias=jnp.zeros((dim,), dtype), eps=eps)
 
     def __call__(self, x: Float[Array, "*batch D"], out_dtype=None) -> Float[Array, "*batch D"]:
-        stat_dtype = jnp.promote_types(self.scale.dtype, jnp.float32)
+        stat_dtype = at_least_float32(self.scale.dtype)
         y = layer_norm(x, self.scale.astype(stat_dtype), self.bias.astype(stat_dtype),
                        self.eps, stat_dtype)
         return y.astype(out_dtype or self.scale.dtype)
@@ -140,7 +140,7 @@ class Attention(eqx.Module):
     ) -> Float[Array, "L D"]:
         # Scores and softmax in float32 at least, even if the weights were cast to bf16.
         cd = matmul_dtype(self.compute_dtype, self.w_q_DxD)
-        acc = jnp.promote_types(self.w_q_DxD.dtype, jnp.float32)
+        acc = at_least_float32(self.w_q_DxD.dtype)
         L, D = xq_LxD.shape
         H = self.n_heads
         K = D // H

@@ -26,8 +26,8 @@ class ModelConfig:
     """A decoder-only transformer. Defaults follow the Flax lm1b example (the paper's baseline).
 
     ``residual`` selects the residual scheme (``schemes.names(lm=True)``); ``k`` (only with
-    "dca") keeps the model input, the sum of the middle outputs and the last k outputs (k-DCA); ``None`` is
-    the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
+    "dca") keeps the model input, the sum of the middle outputs and the last k outputs
+    (k-DCA); ``None`` is the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
     ``laurel_rank`` the rank r of the LAuReL low-rank maps.
 
     Precision: parameters, the residual stream / stack, GRN combinations, LayerNorm statistics

@@ -3,9 +3,10 @@ r"""The fast path of stack-reading GRNs: the LM's default (``ModelConfig.grn_imp
 **What it replaces.** The reference path (``grn_impl="reference"``) is the readable one: stack
 the entries into one ``(S, *batch, D)`` array, call each combiner
 (:class:`~dca_theory.residual.AbstractCombiner`) on it, then the LayerNorms; autodiff does the
-rest. It copies every entry once per block, and autodiff keeps, per GRN, the stacked array and the broadcast coefficients ``b_i + gate_i``
-(``S × batch × D`` each): over a depth-``n`` DCA that is ``O(n²)`` extra activation memory and
-``O(n²)`` copies, although every block output already lives in memory once.
+rest. It copies every entry once per block, and autodiff keeps, per GRN, the stacked array and
+the broadcast coefficients ``b_i + gate_i`` (``S × batch × D`` each): over a depth-``n`` DCA
+that is ``O(n²)`` extra activation memory and ``O(n²)`` copies, although every block output
+already lives in memory once.
 
 **Entry points.** The trunk and the DCA block call three helpers that take ``grn_impl`` and
 return the same thing on either path, so that their code reads like the reference path:
@@ -90,7 +91,7 @@ from jaxtyping import Array
 
 from dca_theory import grn_formula
 from dca_theory.lm.config import GRN_IMPLS
-from dca_theory.lm.norm import layer_norm
+from dca_theory.lm.norm import at_least_float32, layer_norm
 from dca_theory.residual import GATES, GRNv1, GRNv2, GRNv3, ResidualStack
 
 #: the combiner classes the fused kernels implement (``b_i (+ gate(w . h_i))`` coefficients)
@@ -371,7 +372,7 @@ def combine_and_norm(combiners, norms, entries: Entries,
         stacked = jnp.stack(entries)
         raw = tuple(c(stacked) for c in combiners)
         return tuple(n(y) for n, y in zip(norms, raw)), raw, entries
-    stat_dtype = jnp.promote_types(norms[0].scale.dtype, jnp.float32)
+    stat_dtype = at_least_float32(norms[0].scale.dtype)
     normed, raw, entries = grn_layer_norm(combiners, norms, entries, stat_dtype)
     return tuple(y.astype(n.scale.dtype) for n, y in zip(norms, normed)), raw, entries
 

@@ -26,6 +26,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 
+def at_least_float32(dtype) -> jnp.dtype:
+    """``dtype`` widened to float32 if narrower (statistics and scores of a bf16 model in f32):
+    ``jnp.promote_types(dtype, float32)``, spelled so that it also holds under strict promotion."""
+    dtype = jnp.dtype(dtype)
+    return dtype if dtype.itemsize >= 4 else jnp.dtype(jnp.float32)
+
+
 def _row(p: Array, x: Array) -> Array:
     return p.reshape((1,) * (x.ndim - 1) + p.shape)
 

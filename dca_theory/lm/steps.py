@@ -22,11 +22,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from dca_theory.lm.optim import learning_rate
 from dca_theory.lm.train_config import LMTrainConfig
 
-Batch = dict[str, jax.Array]
+Batch = dict[str, ArrayLike]  # NumPy arrays from the loader, jax arrays once traced
 
 
 def cast_floating(tree, dtype):
@@ -97,7 +98,8 @@ def make_train_step(static, optimizer: optax.GradientTransformation,
     def train_step(params, opt_state, rng, batch: Batch, step):
         step_key = jax.random.fold_in(rng, step)
         grads, nll, w = accumulate_gradients(grad_fn, params, batch, step_key, cfg.grad_accum)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        with jax.numpy_dtype_promotion("standard"):  # optax: Python float ** int32 step count
+            updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         metrics = {"loss": nll / w, "grad_norm": optax.global_norm(grads),
                    "lr": schedule(step), "tokens": w}

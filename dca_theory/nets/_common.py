@@ -75,7 +75,7 @@ def rank_array(ranks, depth: int, dim: int, pad_to: int | None) -> tuple[Array, 
 
 
 def rank_mask(ranks: Array, width: int) -> Bool[Array, "T r"]:
-    return jnp.arange(width)[None, :] < ranks[:, None]
+    return jnp.arange(width, dtype=ranks.dtype)[None, :] < ranks[:, None]
 
 
 def make_combiners(

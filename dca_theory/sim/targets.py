@@ -15,6 +15,8 @@ Inputs are always :math:`x \sim N(0, I_d)`; noise is added by the trainer.
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -134,9 +136,10 @@ class BottleneckTeacher(eqx.Module):
         kg, k1, kc, k2, ks = jax.random.split(key, 5)
         q, _ = jnp.linalg.qr(jax.random.normal(kg, (dim, rank), dtype))
         self.G = jnp.zeros((stored, dim), dtype).at[:rank].set(q.T)
-        self.H1 = jax.random.normal(k1, (m, stored), dtype) * 1.5 / np.sqrt(rank)
+        # math.sqrt: a Python float keeps ``dtype`` (a NumPy float64 would widen it under x64)
+        self.H1 = jax.random.normal(k1, (m, stored), dtype) * 1.5 / math.sqrt(rank)
         self.c = 0.5 * jax.random.normal(kc, (m,), dtype)
-        self.H2 = jax.random.normal(k2, (dim, m), dtype) / np.sqrt(m)
+        self.H2 = jax.random.normal(k2, (dim, m), dtype) / math.sqrt(m)
         self.alpha = jnp.asarray(alpha, dtype)
         probe = jax.vmap(self.residual)(jax.random.normal(ks, (4096, dim), dtype))
         rms = jnp.sqrt(jnp.mean(probe**2))

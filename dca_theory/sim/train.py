@@ -109,7 +109,8 @@ def fit(model, target, key: Array, cfg: ToyTrainConfig, learning_rate=None):
     def step(carry, k):
         p, s = carry
         loss, g = jax.value_and_grad(loss_fn)(p, k)
-        updates, s = opt.update(g, s, p)
+        with jax.numpy_dtype_promotion("standard"):  # optax: Python float ** int32 step count
+            updates, s = opt.update(g, s, p)
         return (optax.apply_updates(p, updates), s), loss
 
     (params, _), losses = jax.lax.scan(

@@ -25,7 +25,7 @@ GRN = ("grn_v1", "grn_v2", "grn_v3")
 THRESH_RTOL = 1e-12  # symbolic vs closed-form threshold, relative to max(1, |threshold|)
 
 
-def _overhead(kind: str, d: int, T: np.ndarray) -> np.ndarray:
+def _overhead(kind: str, d: int, T: np.ndarray) -> np.ndarray | np.floating:
     """Parameters a depth-T GRN adds to 2 d r' (Lemma C.1 / paper §4.2)."""
     pairs = T * (T - 1) / 2
     return {"grn_v1": pairs, "grn_v2": d * pairs, "grn_v3": d * pairs + d * T}[kind]
@@ -77,7 +77,9 @@ def check_lemma_c1(quick: bool) -> list[Row]:
     return rows
 
 
-def _first_uncertified(kind: str, A: np.ndarray, eigs: np.ndarray, ranks, target: float):
+def _first_uncertified(
+    kind: str, A: np.ndarray | None, eigs: np.ndarray, ranks, target: float
+):  # A is read for grn_v3 only (its bound); callers pass None for grn_v1/v2
     """The smallest rank in ``ranks`` whose certificate is not below ``target``, or None.
 
     The exact v1 value is nonincreasing in the rank (a rank-r' fit is also a rank-(r'+1)

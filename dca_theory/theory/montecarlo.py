@@ -25,11 +25,11 @@ SQRT_2PI = float(np.sqrt(2.0 * np.pi))
 class Estimate:
     """A Monte Carlo mean with its standard error (same shape)."""
 
-    mean: np.ndarray
-    stderr: np.ndarray
+    mean: np.ndarray | np.floating  # a NumPy scalar for a scalar statistic
+    stderr: np.ndarray | np.floating
     n: int
 
-    def zscore(self, exact) -> np.ndarray:
+    def zscore(self, exact) -> np.ndarray | np.floating:
         """|mean - exact| / stderr, elementwise."""
         return np.abs(self.mean - np.asarray(exact)) / self.stderr
 

@@ -49,7 +49,7 @@ def lemma_b1(d: int = 4) -> dict:
         "11": m_relu_x2, "ii": m_relu * m2, "1j": m_relu_x * m1, "ij": m_relu * m1 * m1,
     }
 
-    def entry(i: int, j: int) -> sp.Expr:
+    def entry(i: int | sp.Integer, j: int | sp.Integer) -> sp.Expr:  # sp.Matrix passes Integers
         if i == j:
             return entries["11"] if i == 0 else entries["ii"]
         return entries["1j"] if 0 in (i, j) else entries["ij"]

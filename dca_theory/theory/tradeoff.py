@@ -159,7 +159,7 @@ def rank_loss_bound(kind: str, d, r_star, *, lemma: str = "paper"):
     return delta
 
 
-def _worst_integer_rank_loss(kind: str, d: int, r) -> np.ndarray:
+def _worst_integer_rank_loss(kind: str, d: int, r) -> np.ndarray | np.floating:
     """max over feasible depths T of r - (largest integer r' >= T within budget 2 d r)."""
     r = np.asarray(r, dtype=np.int64)
     T = np.arange(1, max(int(r.max(initial=0)), 1) + 1, dtype=np.int64)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 VERDICTS = ("confirmed", "corrected", "open", "FAILED")
 
 
@@ -35,7 +37,7 @@ class Row:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
 
-def verdict(ok: bool, corrected: bool = False) -> str:
+def verdict(ok: bool | np.bool_, corrected: bool | np.bool_ = False) -> str:
     """``FAILED`` unless ``ok``; then ``corrected`` or ``confirmed``."""
     if not ok:
         return "FAILED"

@@ -59,8 +59,8 @@ def sincos_2d(grid: int, dim: int, temperature: float = 10_000.0) -> Float[Array
     quarter = dim // 4
     y, x = jnp.mgrid[:grid, :grid]
     omega = 1.0 / temperature ** (jnp.arange(quarter) / max(quarter - 1, 1))
-    y_NxQ = jnp.outer(y.reshape(-1), omega)
-    x_NxQ = jnp.outer(x.reshape(-1), omega)
+    y_NxQ = jnp.outer(y.reshape(-1).astype(omega.dtype), omega)
+    x_NxQ = jnp.outer(x.reshape(-1).astype(omega.dtype), omega)
     return jnp.concatenate([jnp.sin(x_NxQ), jnp.cos(x_NxQ), jnp.sin(y_NxQ), jnp.cos(y_NxQ)],
                            axis=1)
 

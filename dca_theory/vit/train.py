@@ -90,7 +90,7 @@ def make_vit_optimizer(tc: ViTTrainConfig, mask_P: Array) -> optax.GradientTrans
 def cross_entropy(logits_BxK: Float[Array, "B K"], labels_B: Int[Array, " B"]):
     """Per-example cross-entropy and correctness."""
     loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxK, labels_B)
-    return loss_B, (jnp.argmax(logits_BxK, axis=-1) == labels_B)
+    return loss_B, (jnp.argmax(logits_BxK, axis=-1).astype(labels_B.dtype) == labels_B)
 
 
 def init_models(cfg: ViTConfig, seeds) -> ViT:
@@ -152,7 +152,8 @@ def make_step(fm: FlatModels, opt: optax.GradientTransformation) -> Callable:
     def one_seed(flat_P, opt_state, x_all, y_all, idx_B, key, t):
         (loss, acc), grad_P = jax.value_and_grad(loss_fn, has_aux=True)(
             flat_P, x_all[idx_B], y_all[idx_B], jax.random.fold_in(key, t))
-        updates, opt_state = opt.update(grad_P, opt_state, flat_P)
+        with jax.numpy_dtype_promotion("standard"):  # optax: Python float ** int32 step count
+            updates, opt_state = opt.update(grad_P, opt_state, flat_P)
         return flat_P + updates, opt_state, loss, acc
 
     @jax.jit
@@ -227,7 +228,7 @@ def train_vit_seeds(cfg: ViTConfig, tc: ViTTrainConfig, train: ImageSplit, test:
         params, opt_state, loss_S, _ = step(params, opt_state, x_all, y_all,
                                             jnp.asarray(orders[:, t - 1]), dropout_keys,
                                             jnp.asarray(t, jnp.int32))
-        running = running + loss_S
+        running = running + loss_S.astype(running.dtype)
         if t % tc.eval_every == 0 or t == tc.steps:
             n_since = t - (history[-1]["step"] if history else 0)
             running = np.asarray(running)

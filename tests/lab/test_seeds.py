@@ -44,7 +44,7 @@ def test_seeds_are_independent_and_step0_scores_the_initial_model(corpus):
     assert not np.allclose(trained.embed_VxD, init_models(both.model_cfg, (5,))[0].embed_VxD)
 
 
-def test_bad_seeds_and_start_models_are_refused(corpus):
+def test_bad_seeds_and_start_models_are_refused(corpus, unchecked):
     cfg = PRESETS["tiny"]
     with pytest.raises(ValueError, match="seeds must be distinct"):
         train_lm_seeds(cfg, TC, (1, 1), corpus=corpus)

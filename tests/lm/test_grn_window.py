@@ -88,7 +88,7 @@ def test_parameter_count_follows_window(residual, window, grn_input, getkey):
     ({"residual": "grn_v3", "grn_input": False}, "needs grn_window"),
     ({"residual": "grn_v3", "grn_input": 1}, "True or False"),
 ])
-def test_bad_values_raise(changes, match):
+def test_bad_values_raise(changes, match, unchecked):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**changes)
 

@@ -96,7 +96,7 @@ def test_fsdp_spec_shards_the_largest_divisible_axis():
     assert shd._fsdp_spec((64, 16), 1) == P()
 
 
-def test_batch_must_divide_over_devices():
+def test_batch_must_divide_over_devices(unchecked):  # a stand-in mesh
     mesh = shd.make_mesh()
     shd.check_batch_divisible(8, 2, mesh)
     with pytest.raises(ValueError, match="micro-batch size 3 .* divisible by the"):
