@@ -42,6 +42,7 @@ entry (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 FAMILIES: tuple[str, ...] = ("plain", "grn", "dca", "baseline")
 # How many parameters a combiner stores per stack entry: none, one scalar, or one d-vector.
@@ -140,7 +141,15 @@ def check(name: str, allowed: tuple[str, ...], what: str = "residual scheme") ->
     ValueError naming the bad value and the valid ones."""
     if name in allowed or (name in _BY_SPELLING and get(name).name in allowed):
         return name
-    raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(allowed)}")
+    raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(map(_with_aliases, allowed))}")
+
+
+def _with_aliases(name: str) -> str:
+    """``vanilla (or res)`` for a canonical name with aliases, else the name itself."""
+    scheme = _BY_SPELLING.get(name)
+    if scheme is None or scheme.name != name or not scheme.aliases:
+        return name
+    return f"{name} (or {', '.join(scheme.aliases)})"
 
 
 def known(name: str) -> bool:
@@ -152,9 +161,10 @@ def canonical(name: str) -> str:
     return get(name).name
 
 
-def network_combiner_params(name: str, depth: int, dim: int, *, convention: str = "nets",
-                            stack_sizes=None) -> int:
-    """Combiner parameters of a depth-``depth`` network.
+def network_combiner_params(name: str, depth: Any, dim: Any, *, convention: str = "nets",
+                            stack_sizes=None) -> Any:
+    """Combiner parameters of a depth-``depth`` network (an int; with ``convention="paper"``
+    ``depth`` and ``dim`` may also be integer arrays, as the theory's vectorised counts pass).
 
     ``"nets"``: what the toy nets and the LM store, the T + 1 combiners over ``stack_sizes``
     (default the full stack, 1, ..., T + 1). ``"paper"``: §4.2's count, T(T−1)/2 pairs times

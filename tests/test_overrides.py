@@ -102,7 +102,7 @@ def test_dataclass_validation_runs_once_on_all_overrides_together():
 def test_experiment_settings_validate_kinds_and_widths():
     from experiments import rank_vs_width
 
-    with pytest.raises(ValueError, match="unknown residual kind 'resnet'; valid kinds: base"):
+    with pytest.raises(ValueError, match="unknown residual kind 'resnet'; valid: base"):
         rank_vs_width.settings(True, ["kinds=res,resnet"])
     with pytest.raises(ValueError, match="width 32 out of range: need 1 <= width <= d=16"):
         rank_vs_width.settings(True, ["widths=1,32"])
