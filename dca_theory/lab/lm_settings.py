@@ -12,15 +12,21 @@ seeds) and train into the same run cache, next to the standard runs, which they 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from dca_theory import schemes
-from dca_theory.lab.lm_runs import DATASETS, STANDARD_DATA, LMGridSettings
+from dca_theory.lab.lm_runs import DATASETS, STANDARD_DATA, LMGridSettings, cache_dir
 from dca_theory.lab.stability import SpikeRule
+from dca_theory.overrides import apply_overrides, record
+from dca_theory.paths import default_run_dir
 
 __all__ = ["LMGridSettings", "AblationSettings", "RelatedSettings", "WidthSettings",
            "DepthSettings", "KSettings", "RetrofitSettings", "InputsSettings", "WeightsSettings",
-           "StabilitySettings"]
+           "StabilitySettings", "ablation_settings", "experiment_settings", "run_cache",
+           "run_config"]
 
 #: residual kinds the LM trains (``vanilla`` also spelled ``res``)
 LM_KINDS: tuple[str, ...] = schemes.names(lm=True)
@@ -207,11 +213,6 @@ class WeightsSettings(LMGridSettings):
             raise ValueError(f"kinds must be a non-empty subset of {', '.join(WEIGHT_KINDS)}, "
                              f"got {','.join(self.kinds) or 'none'}")
 
-    def ablation(self) -> AblationSettings:
-        """The ablation settings whose runs (on ``train.data``) these are."""
-        return AblationSettings.preset(False).replace(
-            seeds=self.seeds, train=self.train.replace(data=STANDARD_DATA),
-            datasets=(self.train.data,))
 
 
 @dataclass(frozen=True)
@@ -233,3 +234,36 @@ class StabilitySettings(LMGridSettings):
         if self.c not in self.c_grid:
             raise ValueError(f"c_grid must include c={self.c}, got "
                              f"{','.join(map(str, self.c_grid))}")
+
+
+def ablation_settings(grid: LMGridSettings) -> AblationSettings:
+    """The ablation's settings with ``grid``'s seeds and training config, on ``train.data``
+    (for the experiments that read the ablation's runs: lm_weights, lm_stability)."""
+    return AblationSettings.preset(False).replace(
+        seeds=grid.seeds, train=grid.train.replace(data=STANDARD_DATA),
+        datasets=(grid.train.data,))
+
+
+def experiment_settings(cls: type, quick: bool, overrides: Sequence[str] | Mapping[str, str],
+                        build_specs: Callable[[bool, Any], Any]) -> Any:
+    """``cls``'s quick or full preset with ``--set`` overrides applied, validated by the
+    dataclass and then by building the experiment's specs once (so that a model or training
+    config the settings imply, e.g. a width not divisible by the heads, fails at once with
+    ModelConfig's or LMTrainConfig's one-line error, before anything trains)."""
+    settings = apply_overrides(cls.preset(quick), overrides)
+    build_specs(quick, settings)
+    return settings
+
+
+def run_cache(name: str, quick: bool, out: str | Path | None) -> Path:
+    """The run cache of an experiment run: next to ``out`` if given, else next to the
+    experiment's default run directory, also for a run with overrides (whose own directory is
+    ``runs/NAME[-quick]-set-<hash>``), so that customised runs share the standard cache."""
+    return cache_dir(Path(out) if out is not None else default_run_dir(name, quick))
+
+
+def run_config(config: dict, settings: LMGridSettings,
+               overrides: Sequence[str] | Mapping[str, str] = ()) -> Any:
+    """What ``config.json`` holds: ``config`` as always without overrides, else with the
+    settings and the overrides added."""
+    return record({**config, "settings": settings} if overrides else config, overrides)
