@@ -43,6 +43,14 @@ def _check_kinds(kinds: tuple[str, ...], what: str = "kinds") -> None:
         raise ValueError(f"{what} must not repeat a kind, got {','.join(kinds)}")
 
 
+def _check_periodic_eval(train) -> None:
+    """Time to reach (Table 1's metric) reads the periodic validation curve: it must have a
+    point before the last step."""
+    if train.eval_every >= train.steps:
+        raise ValueError(f"train.eval_every={train.eval_every} must be below train.steps="
+                         f"{train.steps} (time to reach needs a periodic validation curve)")
+
+
 def _check_positive(name: str, values: tuple[int, ...]) -> None:
     if not values:
         raise ValueError(f"{name} must not be empty")
@@ -134,6 +142,7 @@ class DepthSettings(LMGridSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_positive("depths", self.depths)
+        _check_periodic_eval(self.train)
 
     @classmethod
     def _extra(cls, quick: bool) -> dict:
@@ -157,6 +166,7 @@ class KSettings(LMGridSettings):
         if len(set(self.ks)) != len(self.ks):
             raise ValueError("ks must not repeat a value")
         _check_positive("depth", (self.depth,))
+        _check_periodic_eval(self.train)
 
     @classmethod
     def _extra(cls, quick: bool) -> dict:
