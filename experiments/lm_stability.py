@@ -235,7 +235,8 @@ def summarise(rows: list[dict], rule: StabilitySettings = PRESET) -> dict:
                         "shared_events": shared_events(rows, c)}
     return {"rule": {"window": rule.window, "c": rule.c, "abs_floor_nats": rule.abs_floor,
                      "skip": "each run's warm-up steps", "c_grid": list(rule.c_grid)},
-            "by_c": by_c, "headline": by_c[str(rule.c)], "grad_norm_ratio": grad_ratio_summary(rows),
+            "by_c": by_c, "headline": by_c[str(rule.c)],
+            "grad_norm_ratio": grad_ratio_summary(rows),
             "n_cached_runs": len({r["key"] for r in rows}), "n_seed_runs": len(rows),
             "seed_runs": rows}
 

@@ -33,9 +33,9 @@ summarises only the runs already in the cache (listing the missing ones) and nev
 Figure: ``figures/fig_lm_width.py``.
 
 **Runtime.** Full from an empty cache: 6 runs x 3 seeds, ~15-25 CPU-minutes on 2 cores, a few
-minutes on a GPU (width 128 would add two ~7-minute runs: ``--set widths=16,32,64,128``); with the cache filled only the rank analysis runs: ~1
-CPU-minute (6 models x 4 layers x 32 Jacobians). Quick from an empty cache: ~1.5 minutes on an
-idle 2-core machine.
+minutes on a GPU (width 128 would add two ~7-minute runs: ``--set widths=16,32,64,128``); with
+the cache filled only the rank analysis runs: ~1 CPU-minute (6 models x 4 layers x 32
+Jacobians). Quick from an empty cache: ~1.5 minutes on an idle 2-core machine.
 
 **Expected result** (measured, widths 16-64; see
 ``paper/05_lm/width.md``): DCA - vanilla test ppl -0.124 / -0.075 / -0.085 (-0.86 / -0.61 /

@@ -1,6 +1,8 @@
 """The training runs of every ``lm_*`` experiment, as :class:`~dca_theory.lab.lm_runs.RunSpec`
-lists (one function per experiment), and ``python -m dca_theory.lab.lm_grid [--quick]``, which
-trains them all into the cache in priority order (so that later experiments only read it).
+lists (one function per experiment, built from the experiment's settings in
+:mod:`dca_theory.lab.lm_settings`; by default the quick or full preset), and ``python -m
+dca_theory.lab.lm_grid [--quick]``, which trains the presets' runs into the cache in priority
+order (so that later experiments only read it).
 """
 
 from __future__ import annotations

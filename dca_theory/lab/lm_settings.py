@@ -2,12 +2,13 @@
 
 Every ``lm_*`` experiment's training runs are :class:`~dca_theory.lab.lm_runs.RunSpec` s built by
 :mod:`dca_theory.lab.lm_grid` from one of these frozen dataclasses: the knobs every experiment
-shares (seeds and the training config) in :class:`~dca_theory.lab.lm_runs.LMGridSettings`, an experiment's own sweep
-(widths, depths, ks, residual kinds, datasets) in a subclass. ``preset(quick)`` gives the quick
-or full preset, which is exactly what the experiments have always run, so without overrides
-every spec, cache key and committed result stays as it was. An override changes the specs it
-touches; those get new cache keys (the key hashes the model and training configs and the
-seeds) and train into the same run cache, next to the standard runs, which they can share.
+shares (seeds and the training config) in :class:`~dca_theory.lab.lm_runs.LMGridSettings`, an
+experiment's own sweep (widths, depths, ks, residual kinds, datasets) in a subclass.
+``preset(quick)`` gives the quick or full preset, which is exactly what the experiments have
+always run, so without overrides every spec, cache key and committed result stays as it was.
+An override changes the specs it touches; those get new cache keys (the key hashes the model
+and training configs and the seeds) and train into the same run cache, next to the standard
+runs, which they can share.
 """
 
 from __future__ import annotations
