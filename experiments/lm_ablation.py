@@ -44,16 +44,23 @@ from pathlib import Path
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import ABLATION_KINDS, OPEN_GATE_KINDS, ablation_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, seeds_for
+from dca_theory.lab.lm_runs import ensure_run, is_cached
+from dca_theory.lab.lm_settings import (
+    AblationSettings,
+    experiment_settings,
+    run_cache,
+    run_config,
+)
 from dca_theory.lab.lm_tables import paper_summary, same_order, summarise_table
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_ablation"
 OPEN_KINDS = tuple(f"{k}_open" for k in OPEN_GATE_KINDS)
 #: rows per dataset: the open-gate runs exist for Tiny Shakespeare only (see dca_theory.lab.lm_grid)
 KINDS = {"shakespeare": (*ABLATION_KINDS, *OPEN_KINDS), "ptb": ABLATION_KINDS}
-#: rows a full run reads only if the background grid (``python -m dca_theory.lab.lm_grid``) has
-#: cached them (it trains them late); the summary lists those left out. Quick mode trains them.
+#: rows a full run without overrides reads only if the background grid (``python -m
+#: dca_theory.lab.lm_grid``) has cached them (it trains them late); the summary lists those
+#: left out. Quick mode and runs with ``--set`` train them.
 OPTIONAL_FULL_KINDS: tuple[str, ...] = OPEN_KINDS
 QUICK_DATASETS: tuple[str, ...] = ("shakespeare",)
 FULL_DATASETS: tuple[str, ...] = ("shakespeare", "ptb")
@@ -71,27 +78,37 @@ PAPER_TABLE7 = {"vanilla": {"ppl": 18.98, "std": 0.02, "params_m": 49.65},
                 "dca": {"ppl": 18.06, "std": 0.01, "params_m": 49.73}}
 
 
-def dataset_specs(quick: bool) -> dict[str, dict]:
-    """``{dataset: {kind: RunSpec}}`` of this experiment."""
-    datasets = QUICK_DATASETS if quick else FULL_DATASETS
-    return {d: {k: s for k, s in ablation_specs(quick, d).items() if k in KINDS[d]}
-            for d in datasets}
+def dataset_specs(quick: bool, settings: AblationSettings | None = None) -> dict[str, dict]:
+    """``{dataset: {kind: RunSpec}}`` of this experiment (the open-gate rows on Tiny
+    Shakespeare only)."""
+    s = settings or AblationSettings.preset(quick)
+    return {d: {k: spec for k, spec in ablation_specs(quick, d, s).items()
+                if k in s.kinds or d == "shakespeare"}
+            for d in s.datasets}
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    specs = dataset_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+def settings(quick: bool = False, overrides=()) -> AblationSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(AblationSettings, quick, overrides, dataset_specs)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = dataset_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {d: {k: s.describe()
                            for k, s in by_kind.items()} for d, by_kind in specs.items()},
               "pairs": PAIRS}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     paper = paper_summary(PAPER_TABLE7, PAIRS)
     summary = {"datasets": {}, "paper_table7": paper, "cache": str(cache), "left_out": []}
     for data, by_kind in specs.items():
         records = {}
         for kind, s in by_kind.items():
-            if not quick and kind in OPTIONAL_FULL_KINDS and not is_cached(s, cache):
+            optional = not quick and not overrides and kind in OPTIONAL_FULL_KINDS
+            if optional and not is_cached(s, cache):
                 summary["left_out"].append({"dataset": data, "kind": kind, "key": s.key})
                 continue
             records[kind] = r = ensure_run(s, cache)
@@ -102,5 +119,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
         table["order_vs_paper"] = same_order(
             [k for k in table["order_by_test_ppl"] if k in PAPER_TABLE7], paper["order_by_ppl"])
         summary["datasets"][data] = table
-    run.finish(summary)
+    if summary["left_out"]:
+        print(f"{NAME}: left out {len(summary['left_out'])} uncached open-gate runs; train them "
+              "with: python -m dca_theory.lab.lm_grid", flush=True)
+    run.finish(summary | summary_entry(overrides))
     return run.path

@@ -40,11 +40,12 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import depth_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, load_curves, ppl, seeds_for
+from dca_theory.lab.lm_runs import ensure_run, is_cached, load_curves, ppl
+from dca_theory.lab.lm_settings import DepthSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
 from dca_theory.lab.statistics import paired
 from dca_theory.lab.time_to_reach import periodic_curve, time_to_reach
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_depth"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
@@ -126,14 +127,21 @@ def time_to_reach_by_depth(specs: dict, records: dict, cache: Path) -> dict[str,
     return out
 
 
+def settings(quick: bool = False, overrides=()) -> DepthSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(DepthSettings, quick, overrides, depth_specs)
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False, *,
-         only_cached: bool = False) -> Path:
-    specs = depth_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+         only_cached: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = depth_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {f"{k}-L{d}": s.describe()
                        for (k, d), s in specs.items()}, "only_cached": only_cached}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     records, missing = {}, []
     for (kind, d), s in specs.items():
         if only_cached and not is_cached(s, cache):
@@ -147,6 +155,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                "time_to_reach_vanilla": time_to_reach_by_depth(specs, records, cache),
                "points": [{"kind": k, "depth": d, "params": r["n_params"],
                            "test_ppl_per_seed": ppl(r)} for (k, d), r in sorted(records.items())],
-               "missing_runs": missing, "complete": not missing, "cache": str(cache)}
+               "missing_runs": missing, "complete": not missing, "cache": str(cache),
+               **summary_entry(overrides)}
     run.finish(summary)
     return run.path

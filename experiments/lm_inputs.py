@@ -49,9 +49,10 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import inputs_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, ppl, seeds_for
+from dca_theory.lab.lm_runs import ensure_run, ppl
+from dca_theory.lab.lm_settings import InputsSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.statistics import mean_std, paired
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_inputs"
 KINDS: tuple[str, ...] = ("vanilla", "grn_v3_last", "grn_v3_input_last", "grn_v3_full")
@@ -111,14 +112,21 @@ def summarise(records: dict[str, dict]) -> dict:
     return out
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    specs = inputs_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+def settings(quick: bool = False, overrides=()) -> InputsSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(InputsSettings, quick, overrides, inputs_specs)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = inputs_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {k: s.describe()
                        for k, s in specs.items()},
               "pairs": PAIRS}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     records = {}
     for kind in KINDS:
         s = specs[kind]
@@ -128,6 +136,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                 median_step_s=r["median_step_s"])
     summary = summarise(records)
     summary |= {"window": specs["grn_v3_last"].model.grn_window,
-                "n_layers": specs["vanilla"].model.n_layers, "cache": str(cache)}
+                "n_layers": specs["vanilla"].model.n_layers, "cache": str(cache),
+                **summary_entry(overrides)}
     run.finish(summary)
     return run.path

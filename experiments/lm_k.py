@@ -46,13 +46,14 @@ from pathlib import Path
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import k_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, is_cached, load_curves, ppl, seeds_for
+from dca_theory.lab.lm_runs import ensure_run, is_cached, load_curves, ppl
+from dca_theory.lab.lm_settings import KSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
 from dca_theory.lab.statistics import paired
 from dca_theory.lab.steptime import alternated_step_times
 from dca_theory.lab.time_to_reach import periodic_curve, time_to_reach
 from dca_theory.lm.config import ModelConfig
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_k"
 STEP_TIME_REPEATS = {"full": 15, "quick": 3}
@@ -66,17 +67,24 @@ PAPER_TABLE1 = {"vanilla": {"speed": 8.14, "time": 1.00, "ppl": 15.14, "ppl_std"
                 "dca": {"speed": 3.72, "time": 0.39, "ppl": 14.35, "ppl_std": 0.00}}
 
 
+def settings(quick: bool = False, overrides=()) -> KSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(KSettings, quick, overrides, k_specs)
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False, *,
-         only_cached: bool = False) -> Path:
-    specs = k_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+         only_cached: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = k_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {k: s.describe()
                        for k, s in specs.items()}, "only_cached": only_cached,
               "step_time": "alternated single-model train steps in this process "
                             "(dca_theory.lab.steptime); the records' grid-process times too",
               "step_time_repeats": STEP_TIME_REPEATS["quick" if quick else "full"]}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     records, curves, missing = {}, {}, []
     for kind, s in specs.items():
         if only_cached and not is_cached(s, cache):
@@ -110,6 +118,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                "curves": {k: {"steps": c[0].tolist(), "valid_ppl_mean": c[1].mean(1).tolist(),
                               "valid_ppl_per_seed": c[1].T.tolist()} for k, c in curves.items()},
                "depth": next(iter(specs.values())).model.n_layers,
-               "missing_runs": missing, "complete": not missing, "cache": str(cache)}
+               "missing_runs": missing, "complete": not missing, "cache": str(cache),
+               **summary_entry(overrides)}
     run.finish(summary)
     return run.path

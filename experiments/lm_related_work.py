@@ -39,9 +39,10 @@ from pathlib import Path
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import RELATED_KINDS, related_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, seeds_for
+from dca_theory.lab.lm_runs import ensure_run
+from dca_theory.lab.lm_settings import RelatedSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import paper_summary, same_order, summarise_table
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_related_work"
 KINDS: tuple[str, ...] = ("vanilla", *RELATED_KINDS, "dca")
@@ -58,20 +59,30 @@ PAPER_TABLE5 = {"vanilla": {"ppl": 18.98, "std": 0.01, "params_m": 49.65},
                 "dca": {"ppl": 18.06, "std": 0.01, "params_m": 49.73}}
 
 
-def dataset_specs(quick: bool, datasets: tuple[str, ...] | None = None) -> dict[str, dict]:
+def dataset_specs(quick: bool, datasets: tuple[str, ...] | None = None,
+                  settings: RelatedSettings | None = None) -> dict[str, dict]:
     """``{dataset: {kind: RunSpec}}`` of this experiment."""
-    datasets = datasets or (QUICK_DATASETS if quick else FULL_DATASETS)
-    return {d: related_specs(quick, d) for d in datasets}
+    s = settings or RelatedSettings.preset(quick)
+    datasets = datasets or s.datasets
+    return {d: related_specs(quick, d, s) for d in datasets}
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
-    specs = dataset_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+def settings(quick: bool = False, overrides=()) -> RelatedSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(RelatedSettings, quick, overrides,
+                               lambda q, s: dataset_specs(q, settings=s))
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = dataset_specs(quick, settings=cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {d: {k: s.describe()
                            for k, s in by_kind.items()} for d, by_kind in specs.items()},
               "pairs": PAIRS}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     paper = paper_summary(PAPER_TABLE5, PAIRS)
     summary = {"datasets": {}, "paper_table5": paper, "cache": str(cache)}
     for data, by_kind in specs.items():
@@ -84,5 +95,5 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
         table = summarise_table(records, PAIRS)
         table["order_vs_paper"] = same_order(table["order_by_test_ppl"], paper["order_by_ppl"])
         summary["datasets"][data] = table
-    run.finish(summary)
+    run.finish(summary | summary_entry(overrides))
     return run.path

@@ -51,9 +51,10 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import RETROFIT_STEPS, retrofit_specs
-from dca_theory.lab.lm_runs import cache_dir, cached_corpus, ensure_run, load_models, ppl, seeds_for
+from dca_theory.lab.lm_runs import cached_corpus, ensure_run, load_models, ppl
+from dca_theory.lab.lm_settings import RetrofitSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.statistics import mean_std, paired
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_retrofit"
 KINDS: tuple[str, ...] = ("vanilla", "dca")
@@ -146,17 +147,28 @@ def table_rows(curves: dict, row_steps) -> list[dict]:
     return rows
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+def settings(quick: bool = False, overrides=()) -> RetrofitSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(RetrofitSettings, quick, overrides, retrofit_specs)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
     from dca_theory.lm import data as lm_data
     from dca_theory.lm.retrofit import retrofit
 
-    specs = retrofit_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+    cfg = settings(quick, overrides)
+    specs = retrofit_specs(quick, cfg)
+    # Table 4's rows (full mode): with --set, those of ROW_STEPS within the continuation, and
+    # its last step
+    row_steps = ROW_STEPS if not overrides else (
+        *[n for n in ROW_STEPS[:-1] if n < cfg.continue_steps], cfg.continue_steps)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {k: s.describe()
                        for k, s in specs.items()},
-              "row_steps": list(ROW_STEPS)}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+              "row_steps": list(row_steps)}
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     records = {k: ensure_run(s, cache) for k, s in specs.items()}
     for k, r in records.items():
         run.log(kind=k, key=specs[k].key, params=r["n_params"], test_ppl=r["test_ppl"],
@@ -178,7 +190,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
     pre_partial = [float(np.exp(s["vanilla_loss"])) for s in check["per_seed"]]
 
     curves = valid_curves(records, pre_partial, ppl(records["pretrained"], "valid"))
-    steps = ROW_STEPS if not quick else [e["step"] for e in curves["vanilla"][1:]]
+    steps = row_steps if not quick else [e["step"] for e in curves["vanilla"][1:]]
     summary = {
         "preservation": check,
         "pretrained": {"test_ppl": mean_std(ppl(records["pretrained"], "test")),
@@ -196,7 +208,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
                                                 ppl(records[k], "test")) for k in KINDS},
         "valid_curves": curves, "table": table_rows(curves, steps),
         "paper_table4": {"rows": PAPER_TABLE4, "pretrain_steps": PAPER_PRETRAIN_STEPS},
-        "cache": str(cache),
+        "cache": str(cache), **summary_entry(overrides),
     }
     run.finish(summary)
     return run.path

@@ -52,7 +52,14 @@ from scipy import stats
 
 from dca_theory.io import RunDir, read_json, to_jsonable
 from dca_theory.lab.lm_grid import ablation_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run
+from dca_theory.lab.lm_runs import ensure_run
+from dca_theory.lab.lm_settings import (
+    StabilitySettings,
+    ablation_settings,
+    experiment_settings,
+    run_cache,
+    run_config,
+)
 from dca_theory.lab.stability import (
     SpikeRule,
     detect_spikes,
@@ -62,11 +69,13 @@ from dca_theory.lab.stability import (
     rate_ratio_test,
 )
 from dca_theory.lm.train_config import LMTrainConfig
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_stability"
-WINDOW, C, ABS_FLOOR = 25, 6.0, 0.1
-C_GRID: tuple[float, ...] = (4.0, 6.0, 8.0)
+#: the spike rule of the committed run (``--set window=... c=... abs_floor=... c_grid=...``)
+PRESET = StabilitySettings.preset(False)
+WINDOW, C, ABS_FLOOR = PRESET.window, PRESET.c, PRESET.abs_floor
+C_GRID: tuple[float, ...] = PRESET.c_grid
 FAMILIES = {"vanilla": "vanilla", "dca": "dca_family", "grn_v1": "dca_family",
             "grn_v2": "dca_family", "grn_v3": "dca_family", "denseformer": "baselines",
             "hyper_connections": "baselines", "laurel_pa": "baselines", "laurel_lr": "baselines"}
@@ -96,22 +105,25 @@ def group_of(run: dict) -> str:
     return FAMILIES.get(run["model"]["residual"], "baselines")
 
 
-def analyse_seed_runs(runs: list[dict], c_grid=C_GRID) -> list[dict]:
-    """One row per (cached run, seed): spike events at every ``c``, exposure, gradient ratio."""
+def analyse_seed_runs(runs: list[dict], c_grid=None,
+                      rule: StabilitySettings = PRESET) -> list[dict]:
+    """One row per (cached run, seed): spike events at every ``c`` (default: ``rule.c_grid``),
+    exposure, gradient ratio."""
+    c_grid = rule.c_grid if c_grid is None else c_grid
     rows = []
     for run in runs:
         rec, model, train = run["record"], run["model"], run["train"]
         skip = int(train["warmup_steps"])
         for i, seed in enumerate(rec["seeds"]):
             loss = run["loss_SxT"][i]
-            events = {c: detect_spikes(loss, SpikeRule(WINDOW, c, ABS_FLOOR, skip))
+            events = {c: detect_spikes(loss, SpikeRule(rule.window, c, rule.abs_floor, skip))
                       for c in c_grid}
-            rule = SpikeRule(WINDOW, C, ABS_FLOOR, skip)
+            headline = SpikeRule(rule.window, rule.c, rule.abs_floor, skip)
             rows.append({
                 "key": rec["key"], "label": rec["label"], "seed": seed, "group": group_of(run),
                 "residual": model["residual"], "k": model["k"], "gate": model["grn_gate"],
                 "data": train["data"], "d_model": model["d_model"], "n_layers": model["n_layers"],
-                "steps": int(loss.size), "tested_steps": rule.tested_steps(loss.size),
+                "steps": int(loss.size), "tested_steps": headline.tested_steps(loss.size),
                 "n_events": {str(c): len(e) for c, e in events.items()},
                 "events": {str(c): [{"start": e.start, "end": e.end, "peak_excess": e.peak_excess,
                                      "peak_ratio": e.peak_ratio} for e in ev]
@@ -194,14 +206,14 @@ def grad_ratio_summary(rows: list[dict]) -> dict:
     return out
 
 
-def example_pair(rows: list[dict]) -> dict | None:
+def example_pair(rows: list[dict], c: float = C) -> dict | None:
     """The vanilla seed run with the most events (ties: deepest, then widest) and the DCA run
     (full stack, paper gate) of the same dataset, width, depth and seed."""
     vanilla = [r for r in rows if r["group"] == "vanilla"]
     dca = {(r["data"], r["d_model"], r["n_layers"], r["seed"]): r for r in rows
            if r["group"] == "dca_family" and r["residual"] == "dca" and r["k"] is None
            and r["gate"] == "relu"}
-    ranked = sorted(vanilla, key=lambda r: (r["n_events"][str(C)], r["n_layers"], r["d_model"]),
+    ranked = sorted(vanilla, key=lambda r: (r["n_events"][str(c)], r["n_layers"], r["d_model"]),
                     reverse=True)
     for v in ranked:
         d = dca.get((v["data"], v["d_model"], v["n_layers"], v["seed"]))
@@ -210,9 +222,9 @@ def example_pair(rows: list[dict]) -> dict | None:
     return None
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], rule: StabilitySettings = PRESET) -> dict:
     by_c = {}
-    for c in C_GRID:
+    for c in rule.c_grid:
         counts = group_counts(rows, c)
         m_counts = group_counts(matched_rows(rows), c)
         by_c[str(c)] = {"groups": counts,
@@ -221,33 +233,49 @@ def summarise(rows: list[dict]) -> dict:
                         "matched_groups": m_counts,
                         "matched_dca_vs_vanilla": compare(m_counts, "vanilla", "dca_family"),
                         "shared_events": shared_events(rows, c)}
-    return {"rule": {"window": WINDOW, "c": C, "abs_floor_nats": ABS_FLOOR,
-                     "skip": "each run's warm-up steps", "c_grid": list(C_GRID)},
-            "by_c": by_c, "headline": by_c[str(C)], "grad_norm_ratio": grad_ratio_summary(rows),
+    return {"rule": {"window": rule.window, "c": rule.c, "abs_floor_nats": rule.abs_floor,
+                     "skip": "each run's warm-up steps", "c_grid": list(rule.c_grid)},
+            "by_c": by_c, "headline": by_c[str(rule.c)],
+            "grad_norm_ratio": grad_ratio_summary(rows),
             "n_cached_runs": len({r["key"] for r in rows}), "n_seed_runs": len(rows),
             "seed_runs": rows}
 
 
-def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
+def quick_specs(quick: bool, settings: StabilitySettings | None = None) -> dict:
+    """The ablation's vanilla and DCA runs, which a quick run trains if missing."""
+    s = settings or StabilitySettings.preset(quick)
+    specs = ablation_specs(quick, s.train.data, ablation_settings(s))
+    return {k: specs[k] for k in ("vanilla", "dca")}
+
+
+def settings(quick: bool = False, overrides=()) -> StabilitySettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(StabilitySettings, quick, overrides, quick_specs)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
     config = {"experiment": NAME, "quick": quick,
-              "rule": {"window": WINDOW, "c": C, "abs_floor": ABS_FLOOR, "c_grid": C_GRID},
+              "rule": {"window": cfg.window, "c": cfg.c, "abs_floor": cfg.abs_floor,
+                       "c_grid": cfg.c_grid},
               "groups": FAMILIES}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     if quick:  # make sure the quick cache holds at least a vanilla and a DCA run
-        specs = ablation_specs(True, "shakespeare")
+        specs = quick_specs(True, cfg)
         for kind in ("vanilla", "dca"):
             ensure_run(specs[kind], cache)
     runs = load_cached_runs(cache)
     if not runs:
         raise FileNotFoundError(f"no cached runs (record.json + curves.npz) under {cache}; "
                                 "train them first: python -m dca_theory.lab.lm_grid")
-    rows = analyse_seed_runs(runs)
+    rows = analyse_seed_runs(runs, rule=cfg)
     for r in rows:
         run.log(**{k: r[k] for k in ("key", "seed", "group", "steps", "tested_steps",
                                      "n_events", "grad_norm_ratio")})
-    summary = summarise(rows) | {"cache": str(cache)}
-    pair = example_pair(rows)
+    summary = summarise(rows, cfg) | {"cache": str(cache)}
+    pair = example_pair(rows, cfg.c)
     if pair is not None:
         curves = {}
         for name, r in pair.items():
@@ -258,5 +286,5 @@ def main(quick: bool = False, out=None, overwrite: bool = False) -> Path:
         run.save_arrays("example_curves.npz", **curves)
         summary["example_pair"] = {n: {"key": r["key"], "seed": r["seed"], "label": r["label"]}
                                    for n, r in pair.items()}
-    run.finish(summary)
+    run.finish(summary | summary_entry(overrides))
     return run.path

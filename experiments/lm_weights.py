@@ -49,11 +49,19 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import ablation_specs
-from dca_theory.lab.lm_runs import cache_dir, ensure_run, load_models, seeds_for
-from dca_theory.paths import default_run_dir
+from dca_theory.lab.lm_runs import ensure_run, load_models
+from dca_theory.lab.lm_settings import (
+    WEIGHT_KINDS,
+    WeightsSettings,
+    ablation_settings,
+    experiment_settings,
+    run_cache,
+    run_config,
+)
+from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_weights"
-KINDS: tuple[str, ...] = ("grn_v3", "grn_v3_open", "dca", "dca_open")
+KINDS: tuple[str, ...] = WEIGHT_KINDS
 
 
 def shape_check(median: list[float]) -> dict | None:
@@ -152,18 +160,34 @@ def analyse(models) -> dict:
             "w": w_stats([grn_weights(m) for m in models])}
 
 
+def weight_specs(quick: bool, settings: WeightsSettings | None = None) -> dict:
+    """``{kind: RunSpec}``: the ablation's runs of ``settings.kinds``."""
+    s = settings or WeightsSettings.preset(quick)
+    return {k: spec for k, spec in ablation_specs(quick, s.train.data,
+                                                  ablation_settings(s)).items() if k in s.kinds}
+
+
+def settings(quick: bool = False, overrides=()) -> WeightsSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(WeightsSettings, quick, overrides, weight_specs)
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False,
-         kinds: tuple[str, ...] = KINDS) -> Path:
+         kinds: tuple[str, ...] = KINDS, overrides=()) -> Path:
     """``kinds`` selects a subset of :data:`KINDS` (e.g. only the runs already cached)."""
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise ValueError(f"kinds must be a non-empty subset of {', '.join(KINDS)}, got {kinds!r}")
-    specs = {k: s for k, s in ablation_specs(quick, "shakespeare").items() if k in kinds}
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+    cfg = settings(quick, overrides)
+    if tuple(kinds) != KINDS:
+        cfg = cfg.replace(kinds=tuple(kinds))
+    specs = weight_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {k: s.describe()
                        for k, s in specs.items()}}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     from dca_theory.lm.train_config import LMTrainConfig
 
     train = next(iter(specs.values())).train
@@ -182,5 +206,5 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
         run.log(kind=kind, key=s.key, w_max_abs=result["w"]["max_abs"],
                 w_mean_norm=result["w"]["mean_norm"], **{f"shape_{k}": v for k, v in
                                                          result["shape"].items()})
-    run.finish(summary)
+    run.finish(summary | summary_entry(overrides))
     return run.path

@@ -33,10 +33,9 @@ summarises only the runs already in the cache (listing the missing ones) and nev
 Figure: ``figures/fig_lm_width.py``.
 
 **Runtime.** Full from an empty cache: 6 runs x 3 seeds, ~15-25 CPU-minutes on 2 cores, a few
-minutes on a GPU (width 128 would add two ~7-minute runs: add it to
-``dca_theory.lab.lm_grid.WIDTHS``); with the cache filled only the rank analysis runs: ~1
-CPU-minute (6 models x 4 layers x 32 Jacobians). Quick from an empty cache: ~1.5 minutes on an
-idle 2-core machine.
+minutes on a GPU (width 128 would add two ~7-minute runs: ``--set widths=16,32,64,128``); with
+the cache filled only the rank analysis runs: ~1 CPU-minute (6 models x 4 layers x 32
+Jacobians). Quick from an empty cache: ~1.5 minutes on an idle 2-core machine.
 
 **Expected result** (measured, widths 16-64; see
 ``paper/05_lm/width.md``): DCA - vanilla test ppl -0.124 / -0.075 / -0.085 (-0.86 / -0.61 /
@@ -56,18 +55,11 @@ from scipy import stats
 from dca_theory.io import RunDir
 from dca_theory.lab.jacobian_rank import RTOL, model_rank_profile
 from dca_theory.lab.lm_grid import width_specs
-from dca_theory.lab.lm_runs import (
-    cache_dir,
-    cached_corpus,
-    ensure_run,
-    is_cached,
-    load_models,
-    ppl,
-    seeds_for,
-)
+from dca_theory.lab.lm_runs import cached_corpus, ensure_run, is_cached, load_models, ppl
+from dca_theory.lab.lm_settings import WidthSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
 from dca_theory.lab.statistics import paired
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import run_dir, summary_entry
 from dca_theory.theory import normalised_gain_guarantee
 
 NAME = "lm_width"
@@ -150,18 +142,25 @@ def _log_rank(run, kind, layers):
         run.log(kind=kind, **{k: v for k, v in layer.items() if k != "mean_spectrum"})
 
 
+def settings(quick: bool = False, overrides=()) -> WidthSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(WidthSettings, quick, overrides, width_specs)
+
+
 def main(quick: bool = False, out=None, overwrite: bool = False, *,
-         only_cached: bool = False) -> Path:
-    specs = width_specs(quick)
-    config = {"experiment": NAME, "quick": quick, "seeds": list(seeds_for(quick)),
+         only_cached: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    specs = width_specs(quick, cfg)
+    config = {"experiment": NAME, "quick": quick, "seeds": list(cfg.seeds),
               "runs": {f"{k}-w{w}": s.describe()
                        for (k, w), s in specs.items()},
               "rank": {"positions": RANK_POSITIONS[quick], "seed_index": RANK_SEED_INDEX,
                        "rtol": RTOL, "split": "valid"},
               "theory": {"kind": THEORY_KIND, "kappas": THEORY_KAPPAS,
                          "headline_kappa": HEADLINE_KAPPA}, "only_cached": only_cached}
-    run = RunDir(out or default_run_dir(NAME, quick), config, overwrite=overwrite)
-    cache = cache_dir(run.path)
+    run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
+                 overwrite=overwrite)
+    cache = run_cache(NAME, quick, out)
     records, missing = {}, []
     for (kind, w), s in specs.items():
         if only_cached and not is_cached(s, cache):
@@ -171,7 +170,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
         run.log(width=w, kind=kind, key=s.key, params=r["n_params"], test_ppl=r["test_ppl"],
                 valid_ppl=r["valid_ppl"])
     rows = width_rows(records)
-    corpus = cached_corpus("shakespeare")
+    corpus = cached_corpus(cfg.train.data)
     ranks: dict[str, dict] = {}
     for (kind, w), s in specs.items():
         if (kind, w) not in records:
@@ -182,6 +181,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
         _log_rank(run, kind, layers)
     summary = {"widths": rows, "trend": width_trend(rows), "ranks": ranks,
                "theory": theory_points(ranks), "paper_table2": paper_rows(),
-               "missing_runs": missing, "complete": not missing, "cache": str(cache)}
+               "missing_runs": missing, "complete": not missing, "cache": str(cache),
+               **summary_entry(overrides)}
     run.finish(summary)
     return run.path

@@ -12,6 +12,8 @@ Language-model runs:
   (``<results>/lm_runs/<label>-<hash>/``: train once, read many times);
 * :mod:`.lm_grid`: the runs of every ``lm_*`` experiment as ``RunSpec`` lists, and
   ``python -m dca_theory.lab.lm_grid [--quick]``, which trains them all into the cache;
+* :mod:`.lm_settings`: each ``lm_*`` experiment's settings (seeds, training config, its
+  sweep) as a frozen dataclass with quick and full presets, changed with ``--set``;
 * :mod:`.seeds`: train several seeds of one LM config at once (``vmap`` over seeds), with every
   step's loss, gradient norm and wall time;
 * :mod:`.lm_tables`: summaries of a table of cached runs (one row per architecture) and its

@@ -1,6 +1,8 @@
 """The training runs of every ``lm_*`` experiment, as :class:`~dca_theory.lab.lm_runs.RunSpec`
-lists (one function per experiment), and ``python -m dca_theory.lab.lm_grid [--quick]``, which
-trains them all into the cache in priority order (so that later experiments only read it).
+lists (one function per experiment, built from the experiment's settings in
+:mod:`dca_theory.lab.lm_settings`; by default the quick or full preset), and ``python -m
+dca_theory.lab.lm_grid [--quick]``, which trains the presets' runs into the cache in priority
+order (so that later experiments only read it).
 """
 
 from __future__ import annotations
@@ -8,93 +10,109 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dca_theory.lab.lm_runs import RunSpec, ensure_run, spec
+from dca_theory.lab.lm_runs import RunSpec, ensure_run, model_config, spec
+from dca_theory.lab.lm_settings import (
+    AblationSettings,
+    DepthSettings,
+    InputsSettings,
+    KSettings,
+    RelatedSettings,
+    RetrofitSettings,
+    WidthSettings,
+)
 
-ABLATION_KINDS: tuple[str, ...] = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca")
-RELATED_KINDS: tuple[str, ...] = ("denseformer", "hyper_connections", "laurel_pa")
-OPEN_GATE_KINDS: tuple[str, ...] = ("grn_v3", "dca")  # rerun with relu_open (w trains)
-WIDTHS: tuple[int, ...] = (16, 32, 64)  # 128 did not fit the CPU budget (2 x ~7 min runs)
-DEPTHS: tuple[int, ...] = (2, 4, 8)
-K_DEPTH = 8
-KS: tuple[int | None, ...] = (1, 2, 4, None)
-RETROFIT_STEPS = 200
+# The full presets' sweeps (dca_theory.lab.lm_settings holds them with the quick ones).
+_FULL = {cls: cls.preset(False) for cls in (AblationSettings, RelatedSettings, WidthSettings,
+                                             DepthSettings, KSettings, RetrofitSettings)}
+ABLATION_KINDS: tuple[str, ...] = _FULL[AblationSettings].kinds
+RELATED_KINDS: tuple[str, ...] = _FULL[RelatedSettings].kinds
+OPEN_GATE_KINDS: tuple[str, ...] = _FULL[AblationSettings].open_gate_kinds  # relu_open: w trains
+WIDTHS: tuple[int, ...] = _FULL[WidthSettings].widths  # 128 did not fit the CPU budget
+DEPTHS: tuple[int, ...] = _FULL[DepthSettings].depths
+K_DEPTH: int = _FULL[KSettings].depth
+KS: tuple[int | None, ...] = _FULL[KSettings].ks
+RETROFIT_STEPS: int = _FULL[RetrofitSettings].continue_steps
 
 
-def _datasets(quick: bool) -> tuple[str, ...]:
-    return ("shakespeare",) if quick else ("shakespeare", "ptb")
-
-
-def ablation_specs(quick: bool, data: str = "shakespeare") -> dict[str, RunSpec]:
+def ablation_specs(quick: bool, data: str = "shakespeare",
+                   settings: AblationSettings | None = None) -> dict[str, RunSpec]:
     """Table 7: the five residual kinds (paper gate), plus GRN-v3 / DCA with the open gate."""
-    out = {k: spec(k, data, quick, residual=k) for k in ABLATION_KINDS}
-    out |= {f"{k}_open": spec(f"{k}_open", data, quick, residual=k, grn_gate="relu_open")
-            for k in OPEN_GATE_KINDS}
+    s = settings or AblationSettings.preset(quick)
+    out = {k: spec(k, data, quick, grid=s, residual=k) for k in s.kinds}
+    out |= {f"{k}_open": spec(f"{k}_open", data, quick, grid=s, residual=k,
+                              grn_gate="relu_open")
+            for k in s.open_gate_kinds}
     return out
 
 
-def related_specs(quick: bool, data: str = "shakespeare") -> dict[str, RunSpec]:
+def related_specs(quick: bool, data: str = "shakespeare",
+                  settings: RelatedSettings | None = None) -> dict[str, RunSpec]:
     """Table 5: vanilla, 1x1 DenseFormer, Hyper-Connections, LAuReL-PA, DCA."""
-    kinds = ("vanilla", *RELATED_KINDS, "dca")
-    return {k: spec(k, data, quick, residual=k) for k in kinds}
+    s = settings or RelatedSettings.preset(quick)
+    kinds = ("vanilla", *s.kinds, "dca")
+    return {k: spec(k, data, quick, grid=s, residual=k) for k in kinds}
 
 
-def width_specs(quick: bool) -> dict[tuple[str, int], RunSpec]:
+def width_specs(quick: bool,
+                settings: WidthSettings | None = None) -> dict[tuple[str, int], RunSpec]:
     """Table 2: vanilla and DCA across widths (4 heads, MLP 4x width) at the standard depth."""
-    widths = (8, 16) if quick else WIDTHS
-    heads = 2 if quick else 4
-    return {(k, w): spec(k if w == (16 if quick else 64) else f"{k}-w{w}", "shakespeare", quick,
-                         residual=k, d_model=w, n_heads=heads, d_mlp=(2 if quick else 4) * w)
-            for w in widths for k in ("vanilla", "dca")}
+    s = settings or WidthSettings.preset(quick)
+    std = model_config(quick).d_model  # its runs are the standard ones of the other tables
+    return {(k, w): spec(k if w == std else f"{k}-w{w}", s.train.data, quick, grid=s,
+                         residual=k, d_model=w, n_heads=s.n_heads, d_mlp=s.mlp_ratio * w)
+            for w in s.widths for k in ("vanilla", "dca")}
 
 
-def depth_specs(quick: bool) -> dict[tuple[str, int], RunSpec]:
+def depth_specs(quick: bool,
+                settings: DepthSettings | None = None) -> dict[tuple[str, int], RunSpec]:
     """Figure 6: vanilla and DCA across depths at the standard width."""
-    depths = (1, 2) if quick else DEPTHS
-    std = 2 if quick else 4
-    return {(k, d): spec(k if d == std else f"{k}-L{d}", "shakespeare", quick, residual=k,
-                         n_layers=d)
-            for d in depths for k in ("vanilla", "dca")}
+    s = settings or DepthSettings.preset(quick)
+    std = model_config(quick).n_layers
+    return {(k, d): spec(k if d == std else f"{k}-L{d}", s.train.data, quick, grid=s,
+                         residual=k, n_layers=d)
+            for d in s.depths for k in ("vanilla", "dca")}
 
 
-def k_specs(quick: bool) -> dict[str, RunSpec]:
+def k_specs(quick: bool, settings: KSettings | None = None) -> dict[str, RunSpec]:
     """Table 1: vanilla and k-DCA, k in KS (None = full DCA), at the deepest depth."""
-    depth = 3 if quick else K_DEPTH
-    ks = (1, None) if quick else KS
-    out = {"vanilla": spec(f"vanilla-L{depth}", "shakespeare", quick, n_layers=depth)}
-    for k in ks:
+    s = settings or KSettings.preset(quick)
+    depth, data = s.depth, s.train.data
+    out = {"vanilla": spec(f"vanilla-L{depth}", data, quick, grid=s, n_layers=depth)}
+    for k in s.ks:
         name = "dca" if k is None else f"{k}-dca"
         label = f"dca-L{depth}" if k is None else f"{k}dca-L{depth}"
-        out[name] = spec(label, "shakespeare", quick, residual="dca", k=k, n_layers=depth)
+        out[name] = spec(label, data, quick, grid=s, residual="dca", k=k, n_layers=depth)
     return out
 
 
-def retrofit_specs(quick: bool) -> dict[str, RunSpec]:
+def retrofit_specs(quick: bool, settings: RetrofitSettings | None = None) -> dict[str, RunSpec]:
     """Table 4: the trained vanilla model continued as vanilla and as DCA at the learning rate
     the schedule had reached (constant, no new warm-up; the paper's is NOT FOUND)."""
-    base = spec("vanilla", "shakespeare", quick, residual="vanilla")
+    s = settings or RetrofitSettings.preset(quick)
+    base = spec("vanilla", s.train.data, quick, grid=s, residual="vanilla")
     t = base.train
     lr_end = t.lr * (t.warmup_steps / t.steps) ** 0.5  # inverse-sqrt value at the last step
-    steps = 20 if quick else RETROFIT_STEPS
-    cont = {"steps": steps, "warmup_steps": 0, "lr": lr_end}
+    cont = {"steps": s.continue_steps, "warmup_steps": 0, "lr": lr_end}
     return {"pretrained": base,
-            **{k: spec(f"retrofit-{k}", "shakespeare", quick, residual=k, train_changes=cont,
-                       init_from=base) for k in ("vanilla", "dca")}}
+            **{k: spec(f"retrofit-{k}", s.train.data, quick, grid=s, residual=k,
+                       train_changes=cont, init_from=base) for k in ("vanilla", "dca")}}
 
 
-def inputs_specs(quick: bool) -> dict[str, RunSpec]:
+def inputs_specs(quick: bool, settings: InputsSettings | None = None) -> dict[str, RunSpec]:
     """Table 9: vanilla, and GRN-v3 over a window of stack entries without / with the model
     input (``grn_window=w``; ``grn_input=False``: the last w entries of [x, f_1, ...];
     ``True``: x plus the last w - 1 outputs); the paper's w = 4 (depth 6), ours below."""
     # The paper's window 4 at depth 6 restricts 3 of 7 GRNs (blocks 5, 6, output); at our
     # depth 4 a window of 4 would restrict only the output GRN, so the window shrinks with
     # depth: 3 at depth 4 (block 4 and output, 2 of 5), 2 at the quick depth 2.
-    window = 2 if quick else 3
-    return {"vanilla": spec("vanilla", "shakespeare", quick, residual="vanilla"),
-            "grn_v3_last": spec(f"grn_v3-last{window}", "shakespeare", quick, residual="grn_v3",
-                                grn_window=window, grn_input=False),
-            "grn_v3_input_last": spec(f"grn_v3-input-last{window - 1}", "shakespeare", quick,
+    s = settings or InputsSettings.preset(quick)
+    window, data = s.window, s.train.data
+    return {"vanilla": spec("vanilla", data, quick, grid=s, residual="vanilla"),
+            "grn_v3_last": spec(f"grn_v3-last{window}", data, quick, grid=s,
+                                residual="grn_v3", grn_window=window, grn_input=False),
+            "grn_v3_input_last": spec(f"grn_v3-input-last{window - 1}", data, quick, grid=s,
                                       residual="grn_v3", grn_window=window, grn_input=True),
-            "grn_v3_full": spec("grn_v3", "shakespeare", quick, residual="grn_v3")}
+            "grn_v3_full": spec("grn_v3", data, quick, grid=s, residual="grn_v3")}
 
 
 def _maybe(specs_fn, quick: bool) -> list[RunSpec]:

@@ -23,6 +23,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from dca_theory.lm.train_config import LMTrainConfig
 SEEDS: tuple[int, ...] = (0, 1, 2)
 QUICK_SEEDS: tuple[int, ...] = (0, 1)
 DATASETS: tuple[str, ...] = ("shakespeare", "ptb")
+#: the dataset of the single-dataset experiments
+STANDARD_DATA = "shakespeare"
 
 CPU_MODEL = ModelConfig(max_len=64, d_model=64, n_heads=4, d_mlp=256, n_layers=4,
                         dropout=0.0, attn_dropout=0.0)
@@ -51,16 +54,64 @@ def model_config(quick: bool, **changes) -> ModelConfig:
     return (QUICK_MODEL if quick else CPU_MODEL).replace(**changes)
 
 
-def train_config(data: str, quick: bool, **changes) -> LMTrainConfig:
+def train_config(data: str, quick: bool, *, base: LMTrainConfig | None = None,
+                 **changes) -> LMTrainConfig:
+    """The training config of a run on ``data``: ``base`` (default: the quick or CPU one) with
+    the dataset, its sequence length (unless ``base`` sets one) and ``changes`` filled in."""
     if data not in DATASETS:
         raise ValueError(f"unknown dataset {data!r}; valid: {', '.join(DATASETS)}")
-    base = QUICK_TRAIN if quick else CPU_TRAIN
+    base = base or (QUICK_TRAIN if quick else CPU_TRAIN)
     seq = min(SEQ_LEN[data], QUICK_MODEL.max_len) if quick else SEQ_LEN[data]
-    return base.replace(data=data, seq_len=seq, **changes)
+    return base.replace(data=data, seq_len=base.seq_len or seq, **changes)
 
 
 def seeds_for(quick: bool) -> tuple[int, ...]:
     return QUICK_SEEDS if quick else SEEDS
+
+
+Settings = TypeVar("Settings", bound="LMGridSettings")
+
+
+@dataclass(frozen=True)
+class LMGridSettings:
+    """What the runs of every LM experiment share (``dca-theory run lm_* --set``; each
+    experiment's own sweep is a subclass in :mod:`dca_theory.lab.lm_settings`). ``seeds``: one
+    model per seed (seed ``s`` gives every architecture the same data order, so differences are
+    paired by seed). ``train``: the training config of every run; its ``data`` is the dataset
+    of the single-dataset experiments and ``seq_len`` (none: 64 characters / 32 words, at most
+    the model's length) the sequence length. ``preset(quick)`` is exactly what the experiments
+    have always run, so without overrides every spec and cache key stays as it was."""
+
+    seeds: tuple[int, ...]
+    train: LMTrainConfig
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("seeds must not be empty")
+        if min(self.seeds) < 0 or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct integers >= 0, got "
+                             f"{','.join(map(str, self.seeds))}")
+        if self.train.data not in DATASETS:
+            raise ValueError(f"unknown dataset {self.train.data!r}; valid: {', '.join(DATASETS)}")
+        self.train.validate()
+
+    @classmethod
+    def preset(cls: type[Settings], quick: bool) -> Settings:
+        """The quick or full preset: the experiments' standard runs."""
+        return cls(seeds=seeds_for(quick), train=standard_train(quick), **cls._extra(quick))
+
+    @classmethod
+    def _extra(cls, quick: bool) -> dict:
+        """The preset values of a subclass's own fields."""
+        return {}
+
+    def replace(self: Settings, **changes) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def standard_train(quick: bool) -> LMTrainConfig:
+    """The training config of the quick or full runs before the dataset is filled in."""
+    return (QUICK_TRAIN if quick else CPU_TRAIN).replace(data=STANDARD_DATA)
 
 
 @dataclass(frozen=True)
@@ -99,12 +150,19 @@ def _non_default(cfg) -> dict:
             if getattr(cfg, f.name) != f.default}
 
 
-def spec(label: str, data: str, quick: bool, *, train_changes: dict | None = None,
-         init_from: RunSpec | None = None, **model_changes) -> RunSpec:
-    """A spec at the experiments' standard scale."""
-    return RunSpec(label=f"{data}-{label}", model=model_config(quick, **model_changes),
-                   train=train_config(data, quick, **(train_changes or {})),
-                   seeds=seeds_for(quick), init_from=init_from,
+def spec(label: str, data: str, quick: bool, *, grid: LMGridSettings | None = None,
+         train_changes: dict | None = None, init_from: RunSpec | None = None,
+         **model_changes) -> RunSpec:
+    """A spec at the experiments' standard scale; ``grid`` (default: the quick or full preset)
+    gives the seeds and the training config."""
+    model = model_config(quick, **model_changes)
+    train = train_config(data, quick, base=grid.train if grid else None,
+                         **(train_changes or {}))
+    if train.seq_len > model.max_len:
+        raise ValueError(f"train.seq_len={train.seq_len} exceeds the model's max_len="
+                         f"{model.max_len}")
+    return RunSpec(label=f"{data}-{label}", model=model, train=train,
+                   seeds=grid.seeds if grid else seeds_for(quick), init_from=init_from,
                    final_batches=QUICK_FINAL_BATCHES if quick else None)
 
 
