@@ -101,7 +101,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
               "pairs": PAIRS}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     paper = paper_summary(PAPER_TABLE7, PAIRS)
     summary = {"datasets": {}, "paper_table7": paper, "cache": str(cache), "left_out": []}
     for data, by_kind in specs.items():

@@ -141,7 +141,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                        for (k, d), s in specs.items()}, "only_cached": only_cached}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     records, missing = {}, []
     for (kind, d), s in specs.items():
         if only_cached and not is_cached(s, cache):

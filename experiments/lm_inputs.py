@@ -126,7 +126,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
               "pairs": PAIRS}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     records = {}
     for kind in KINDS:
         s = specs[kind]

@@ -84,7 +84,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
               "step_time_repeats": STEP_TIME_REPEATS["quick" if quick else "full"]}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     records, curves, missing = {}, {}, []
     for kind, s in specs.items():
         if only_cached and not is_cached(s, cache):

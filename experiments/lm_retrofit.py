@@ -168,7 +168,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
               "row_steps": list(row_steps)}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     records = {k: ensure_run(s, cache) for k, s in specs.items()}
     for k, r in records.items():
         run.log(kind=k, key=specs[k].key, params=r["n_params"], test_ppl=r["test_ppl"],

@@ -261,7 +261,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
               "groups": FAMILIES}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     if quick:  # make sure the quick cache holds at least a vanilla and a DCA run
         specs = quick_specs(True, cfg)
         for kind in ("vanilla", "dca"):

@@ -187,7 +187,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
                        for k, s in specs.items()}}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     from dca_theory.lm.train_config import LMTrainConfig
 
     train = next(iter(specs.values())).train

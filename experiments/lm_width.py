@@ -160,7 +160,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                          "headline_kappa": HEADLINE_KAPPA}, "only_cached": only_cached}
     run = RunDir(out or run_dir(NAME, quick, overrides), run_config(config, cfg, overrides),
                  overwrite=overwrite)
-    cache = run_cache(NAME, quick, out)
+    cache = run_cache(NAME, quick, out, overrides)
     records, missing = {}, []
     for (kind, w), s in specs.items():
         if only_cached and not is_cached(s, cache):

@@ -21,8 +21,7 @@ from typing import Any
 from dca_theory import schemes
 from dca_theory.lab.lm_runs import DATASETS, STANDARD_DATA, LMGridSettings, cache_dir
 from dca_theory.lab.stability import SpikeRule
-from dca_theory.overrides import apply_overrides, record
-from dca_theory.paths import default_run_dir
+from dca_theory.overrides import apply_overrides, record, run_dir
 
 __all__ = ["LMGridSettings", "AblationSettings", "RelatedSettings", "WidthSettings",
            "DepthSettings", "KSettings", "RetrofitSettings", "InputsSettings", "WeightsSettings",
@@ -266,11 +265,15 @@ def experiment_settings(cls: type, quick: bool, overrides: Sequence[str] | Mappi
     return settings
 
 
-def run_cache(name: str, quick: bool, out: str | Path | None) -> Path:
-    """The run cache of an experiment run: next to ``out`` if given, else next to the
-    experiment's default run directory, also for a run with overrides (whose own directory is
-    ``runs/NAME[-quick]-set-<hash>``), so that customised runs share the standard cache."""
-    return cache_dir(Path(out) if out is not None else default_run_dir(name, quick))
+def run_cache(name: str, quick: bool, out: str | Path | None,
+              overrides: Sequence[str] | Mapping[str, str] = ()) -> Path:
+    """The run cache of an experiment run: next to ``out`` if given, else next to the run's
+    default directory. Without overrides that is the mode's standard cache (``runs/lm_runs``
+    quick, ``experiments/results/lm_runs`` full); with overrides it is ``runs/lm_runs`` in either
+    mode, so that customised runs never add to the committed cache, which ``lm_stability``
+    scans whole. (Unchanged runs of a full-mode customised study are retrained there; to share
+    the committed cache deliberately, give ``--out`` next to it.)"""
+    return cache_dir(Path(out) if out is not None else run_dir(name, quick, overrides))
 
 
 def run_config(config: dict, settings: LMGridSettings,
