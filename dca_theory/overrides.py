@@ -36,6 +36,15 @@ _FALSE = ("false", "0", "no", "off")
 _SEPARATORS = (",", ":")  # by nesting depth: outer items, then the fields of an inner tuple
 
 
+def check_at_least_one(settings: Any, *names: str) -> None:
+    """A one-line ValueError naming the first of ``names`` whose value in ``settings`` is below 1
+    (for the count fields of an experiment's settings: seeds, steps, sizes)."""
+    for name in names:
+        value = getattr(settings, name)
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 def parse_assignments(items: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
     """``["a=1", "b=x,y"]`` -> ``{"a": "1", "b": "x,y"}``; a mapping passes through.
 

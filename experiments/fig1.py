@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
-from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
 from dca_theory.residual import check_kind
 from dca_theory.sim import ToyTrainConfig, fit_many, gaussian_target, identity_target
 
@@ -63,9 +63,8 @@ class Fig1Config:
     def __post_init__(self):
         if not self.kinds or not self.tasks or not self.learning_rates:
             raise ValueError("kinds, tasks and learning_rates must not be empty")
-        for name in ("dim", "depth", "rank", "batch_size", "steps", "seeds", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, "dim", "depth", "rank", "batch_size", "steps", "seeds",
+                           "log_every")
         if self.rank > self.dim:
             raise ValueError(f"rank {self.rank} out of range: need 1 <= rank <= d={self.dim}")
         for kind in self.kinds:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
-from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
 from dca_theory.residual import check_kind
 from dca_theory.sim import BottleneckTeacher, ToyTrainConfig, fit_many, jacobian_rank
 
@@ -49,9 +49,7 @@ class Prop45Config:
     def __post_init__(self):
         if not self.widths or not self.kinds:
             raise ValueError("widths and kinds must not be empty")
-        for name in ("dim", "seeds", "steps", "batch_size", "jacobian_inputs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, "dim", "seeds", "steps", "batch_size", "jacobian_inputs")
         bad = [w for w in self.widths if not 1 <= w <= self.dim]
         if bad:
             raise ValueError(f"width {bad[0]} out of range: need 1 <= width <= d={self.dim}")

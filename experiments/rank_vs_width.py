@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
-from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
 from dca_theory.residual import check_kind
 from dca_theory.sim import (
     BottleneckTeacher,
@@ -86,10 +86,8 @@ def _check(cfg: RankWidthConfig) -> None:
     for name in ("widths", "buckets", "kinds", "teachers"):
         if not getattr(cfg, name):
             raise ValueError(f"{name} must not be empty")
-    for name in ("dim", "depth", "seeds", "steps", "batch_size", "jacobian_inputs",
-                 "test_inputs", "log_every"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    check_at_least_one(cfg, "dim", "depth", "seeds", "steps", "batch_size", "jacobian_inputs",
+                       "test_inputs", "log_every")
     bad = [w for w in cfg.widths if not 1 <= w <= cfg.dim]
     if bad:
         raise ValueError(f"width {bad[0]} out of range: need 1 <= width <= d={cfg.dim}")

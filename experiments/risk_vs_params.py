@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from dca_theory.io import RunDir
 from dca_theory.nets import DeepLinear
-from dca_theory.overrides import apply_overrides, record, run_dir, summary_entry
+from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
 from dca_theory.residual import check_kind
 from dca_theory.sim import ToyTrainConfig, fit_many, spectral_target
 
@@ -59,9 +59,7 @@ class RiskConfig:
     def __post_init__(self):
         if not self.ranks or not self.kinds:
             raise ValueError("ranks and kinds must not be empty")
-        for name in ("dim", "depth", "seeds", "steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, "dim", "depth", "seeds", "steps", "log_every")
         if min(self.ranks) < 1:
             raise ValueError(f"ranks must be >= 1, got {min(self.ranks)}")
         if max(self.ranks) * self.depth >= self.dim:
