@@ -24,9 +24,10 @@ scheme (aliases)       family    layer input                                    
 ``theory=True`` marks the ones Section 4 analyses (the five above with "toy"); "LM" schemes are
 ``ModelConfig.residual`` kinds, also used by the ViT.
 
-**Adding a GRN-like scheme** takes three places (CONTRIBUTING.md walks through one): a row in
-:data:`SCHEMES` below, its combiner class in :mod:`dca_theory.residual`, and its coefficient in
-the numpy mirror :func:`dca_theory.grn_formula.combine` if the theory should simulate it.
+**Adding a GRN-like scheme** takes a row in :data:`SCHEMES` below and its combiner class in
+:mod:`dca_theory.residual` (CONTRIBUTING.md walks through one); the registry's tests and the
+operator's tests pick it up. Entering the theory (``theory=True``: an expressivity class, a
+construction, rows in ``dca-theory verify``) is a separate step.
 
 **Parameter counts.** :meth:`Scheme.combiner_params` is the one count of a combiner's
 parameters, used by the combiner classes, the toy nets, the LM and the theory. Over a depth-T
