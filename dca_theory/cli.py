@@ -43,8 +43,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.name not in names:
         raise ValueError(f"unknown experiment {args.name!r}; valid: {', '.join(names)}")
     mod = importlib.import_module(f"experiments.{args.name}")
-    if (args.overrides or args.show) and not hasattr(mod, "settings"):
-        raise ValueError(f"experiment {args.name!r} has no --set settings")
     if args.show:
         from dca_theory.overrides import describe
 
@@ -54,8 +52,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for line in describe(mod.settings(args.quick, args.overrides)):
             print(f"  {line}")
         return 0
-    extra = {"overrides": args.overrides} if args.overrides else {}
-    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite, **extra)
+    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite,
+                       overrides=args.overrides)
     print(f"results in {run_dir}")
     return 0
 

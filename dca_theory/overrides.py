@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dca_theory.io import to_jsonable
 from dca_theory.paths import default_run_dir
 
 _TRUE = ("true", "1", "yes", "on")
@@ -115,6 +116,11 @@ def _coerce(text: str, tp: Any, depth: int = 0) -> Any:
     raise ValueError(f"fields of type {type_name(tp)} cannot be set from the command line")
 
 
+def _is_group(value: Any) -> bool:
+    """Whether a setting's value is a nested dataclass (set through its dotted fields)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
 def _fields(config: Any) -> dict[str, Any]:
     """Field name -> resolved type of a dataclass instance (string annotations resolved)."""
     hints = typing.get_type_hints(type(config))
@@ -126,7 +132,7 @@ def setting_names(config: Any, prefix: str = "") -> list[str]:
     names = []
     for name in _fields(config):
         value = getattr(config, name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if _is_group(value):
             names += setting_names(value, f"{prefix}{name}.")
         else:
             names.append(prefix + name)
@@ -140,7 +146,7 @@ def _changes(config: Any, path: list[str], text: str, key: str, valid: list[str]
     if name not in fields:
         raise ValueError(f"unknown setting {key!r}; valid: {', '.join(valid)}")
     current = getattr(config, name)
-    is_group = dataclasses.is_dataclass(current) and not isinstance(current, type)
+    is_group = _is_group(current)
     if len(path) > 1:
         if not is_group:
             raise ValueError(f"unknown setting {key!r}; valid: {', '.join(valid)}")
@@ -191,7 +197,7 @@ def describe(config: Any, prefix: str = "") -> list[str]:
     fields = _fields(config)
     for name, tp in fields.items():
         value = getattr(config, name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if _is_group(value):
             lines += describe(value, f"{prefix}{name}.")
         else:
             lines.append(f"{prefix + name:28s} {type_name(tp):24s} = {_show(value)}")
@@ -217,8 +223,6 @@ def record(config: Any, overrides: Sequence[str] | Mapping[str, str] = ()) -> An
     assignments = parse_assignments(overrides)
     if not assignments:
         return config
-    from dca_theory.io import to_jsonable
-
     return {**to_jsonable(config), "overrides": assignments}
 
 

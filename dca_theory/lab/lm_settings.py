@@ -7,8 +7,8 @@ experiment's own sweep (widths, depths, ks, residual kinds, datasets) in a subcl
 ``preset(quick)`` gives the quick or full preset, which is exactly what the experiments have
 always run, so without overrides every spec, cache key and committed result stays as it was.
 An override changes the specs it touches; those get new cache keys (the key hashes the model
-and training configs and the seeds) and train into the same run cache, next to the standard
-runs, which they can share.
+and training configs and the seeds). A run with overrides trains into ``runs/lm_runs`` (see
+:func:`run_cache`), so the committed cache only ever holds the default grid.
 """
 
 from __future__ import annotations
