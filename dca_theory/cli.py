@@ -46,10 +46,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.show:
         from dca_theory.overrides import describe
 
+        lines = describe(mod.settings(args.quick, args.overrides))  # validates first
         preset = "quick" if args.quick else "full"
         print(f"{args.name} settings ({preset} preset{', with --set' if args.overrides else ''};"
               " change with --set KEY=VALUE):")
-        for line in describe(mod.settings(args.quick, args.overrides)):
+        for line in lines:
             print(f"  {line}")
         return 0
     run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite,
