@@ -16,14 +16,19 @@ class           combination                                                init
 ``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                      --
 ``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                 b = 1
 ``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`   b = 1
-``GRNv3``       :math:`\sum_i (b_i + \mathrm{gate}(w^\top h_i)) \odot h_i`   b = 1, w = 0
+``GRNv3``       :math:`\sum_i c_i(h_i) \odot h_i`, gated (:mod:`~dca_theory.gates`)  b = 1, w = 0
 ==============  =========================================================  ===================
+
+GRN-v3's coefficient :math:`c_i(h_i)` is :math:`\mathrm{ReLU}(b_i + w^\top h_i)` with the default
+gate ``bias_inside`` and :math:`b_i + \mathrm{ReLU}(w^\top h_i)` as printed in the paper; the
+forms and why the default differs are in :mod:`dca_theory.gates`.
 
 The GRN formula itself is :mod:`dca_theory.grn_formula` (shared with the theory's numpy mirror
 and the LM's fast path); parameter counts come from
 :meth:`dca_theory.schemes.Scheme.combiner_params`.
 
-At initialisation every GRN equals the plain residual sum exactly.
+At initialisation every GRN equals the plain residual sum exactly (GRN-v3 with every gate but
+``small_init``, whose w starts random).
 
 **k-truncated stack (k-DCA, §3.1/§5).** Instead of every output, the stack holds
 ``[x, sum of the middle outputs, last k outputs]``. While no more than ``k`` outputs exist there
@@ -47,39 +52,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from dca_theory import grn_formula, schemes
+from dca_theory import gates, grn_formula, schemes
 
 #: schemes with a stack combiner (toy nets, theory); aliases such as ``res`` are accepted too
 COMBINER_KINDS: tuple[str, ...] = schemes.names(toy=True)
 GRN_KINDS: tuple[str, ...] = schemes.names(toy=True, family="grn")
-
-
-@jax.custom_jvp
-def relu_open(x: Array) -> Array:
-    """ReLU whose derivative at 0 is 1 instead of JAX's 0 (same values as ``jax.nn.relu``).
-
-    Why: GRN-v3 starts at w = 0 (paper §3.1), where every gate input w.h is exactly 0. With
-    ReLU'(0) = 0 the gradient of w is then exactly zero and w never leaves 0, so a GRN-v3
-    trained from the paper's initialisation stays a GRN-v2. ``relu_open`` keeps the identical
-    forward function (so identity-at-init still holds exactly) but lets w start learning.
-    """
-    return jnp.maximum(x, 0)
-
-
-@relu_open.defjvp
-def _relu_open_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    return relu_open(x), jnp.where(x >= 0, dx, jnp.zeros_like(dx))
-
-
-# GRN-v3 gate nonlinearities: "relu" is the paper's, with the frameworks' ReLU'(0) = 0.
-GATES = {"relu": jax.nn.relu, "relu_open": relu_open}
-
-
-def check_gate(gate: str) -> str:
-    if gate not in GATES:
-        raise ValueError(f"unknown GRN-v3 gate {gate!r}; valid gates: {', '.join(GATES)}")
-    return gate
 
 
 def check_kind(kind: str, allowed: Sequence[str] = COMBINER_KINDS) -> str:
@@ -136,9 +113,10 @@ class AbstractCombiner(eqx.Module):
 
     @classmethod
     @abc.abstractmethod
-    def identity(cls, size: int, dim: int, *, dtype, gate: str) -> AbstractCombiner:
+    def identity(cls, size: int, dim: int, *, dtype, gate: str, key=None) -> AbstractCombiner:
         """The combiner at the paper's initialisation, where it equals the plain sum (or, for
-        ``base``, the newest entry)."""
+        ``base``, the newest entry); ``key`` draws GRN-v3's w for a gate that starts it at
+        random (``small_init``)."""
 
     def param_count(self) -> int:
         return schemes.get(self.kind).combiner_params(self.size, self.dim)
@@ -169,7 +147,7 @@ class NewestOnly(AbstractCombiner):
         return stack.newest()
 
     @classmethod
-    def identity(cls, size, dim, *, dtype, gate):
+    def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(size=size, dim=dim)
 
 
@@ -191,7 +169,7 @@ class PlainSum(AbstractCombiner):
         return stack.total()  # the recursive sum: no stacked copy
 
     @classmethod
-    def identity(cls, size, dim, *, dtype, gate):
+    def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(size=size, dim=dim)
 
 
@@ -213,7 +191,9 @@ class AbstractGRN(AbstractCombiner):
         return self(stack.array())
 
     def _coefficients(self, stack):
-        return grn_formula.coefficients(self.b, self.w, GATES[self.gate], stack)
+        gate = gates.get(self.gate)
+        return grn_formula.coefficients(self.b, self.w, gate.nonlinearity, stack,
+                                        gate.bias_inside)
 
 
 class GRNv1(AbstractGRN):
@@ -224,10 +204,10 @@ class GRNv1(AbstractGRN):
     size: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     w: None = None
-    gate: str = eqx.field(static=True, default="relu")  # unused: no gate
+    gate: str = eqx.field(static=True, default=gates.DEFAULT_GATE)  # unused: no gate
 
     @classmethod
-    def identity(cls, size, dim, *, dtype, gate):
+    def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(b=jnp.ones((size,), dtype), size=size, dim=dim)
 
 
@@ -239,28 +219,33 @@ class GRNv2(AbstractGRN):
     size: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     w: None = None
-    gate: str = eqx.field(static=True, default="relu")  # unused: no gate
+    gate: str = eqx.field(static=True, default=gates.DEFAULT_GATE)  # unused: no gate
 
     @classmethod
-    def identity(cls, size, dim, *, dtype, gate):
+    def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(b=jnp.ones((size, dim), dtype), size=size, dim=dim)
 
 
 class GRNv3(AbstractGRN):
-    """``grn_v3``: GRN-v2 plus one input-dependent scalar ``gate(w . h_i)`` per entry (and
-    token), shared by all D features; ``gate`` names the nonlinearity (:data:`GATES`)."""
+    """``grn_v3``: GRN-v2 plus one input-dependent scalar ``w . h_i`` per entry (and token),
+    shared by all D features, through the gate named ``gate`` (:mod:`dca_theory.gates`)."""
 
     kind: ClassVar[str] = "grn_v3"
     b: Float[Array, "S D"]
     w: Float[Array, " D"]
     size: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
-    gate: str = eqx.field(static=True, default="relu")
+    gate: str = eqx.field(static=True, default=gates.DEFAULT_GATE)
 
     @classmethod
-    def identity(cls, size, dim, *, dtype, gate):
-        return cls(b=jnp.ones((size, dim), dtype), w=jnp.zeros((dim,), dtype), size=size,
-                   dim=dim, gate=gate)
+    def identity(cls, size, dim, *, dtype, gate, key=None):
+        spec = gates.get(gate)
+        w = jnp.zeros((dim,), dtype)
+        if spec.w_init_std:
+            if key is None:
+                raise ValueError(f"GRN-v3 gate {spec.name!r} draws w at random: pass a PRNG key")
+            w = spec.w_init_std * jax.random.normal(key, (dim,), dtype)
+        return cls(b=jnp.ones((size, dim), dtype), w=w, size=size, dim=dim, gate=spec.name)
 
 
 #: the combiner class of each scheme, by canonical name (see :mod:`dca_theory.schemes`)
@@ -271,22 +256,25 @@ COMBINERS: dict[str, type[AbstractCombiner]] = {
 
 def make_combiner(
     kind: str, size: int, dim: int, *, dtype=jnp.float32, init: str = "identity", key=None,
-    gate: str = "relu",
+    gate: str = gates.DEFAULT_GATE,
 ) -> AbstractCombiner:
     """Build a combiner over a stack of ``size`` entries of dimension ``dim``.
 
     ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
     sum. ``init="random"`` perturbs b and w with N(0, 0.1^2) noise (needs ``key``); it exists
-    so that tests can check code paths with non-trivial weights. ``gate`` picks the GRN-v3
-    nonlinearity (see :data:`GATES` and :func:`relu_open`).
+    so that tests can check code paths with non-trivial weights. ``gate`` names the GRN-v3 gate
+    (:mod:`dca_theory.gates`; ``small_init`` needs ``key`` to draw w).
     """
     cls = COMBINERS[schemes.canonical(check_kind(kind))]
-    check_gate(gate)
+    gate = gates.canonical(gate)
+    if cls is GRNv3:
+        gates.warn_if_frozen(gate)
     if size < 1 or dim < 1:
         raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
     if init not in ("identity", "random"):
         raise ValueError(f"init must be 'identity' or 'random', got {init!r}")
-    combiner = cls.identity(size, dim, dtype=dtype, gate=gate)
+    gate_key = None if key is None else jax.random.fold_in(key, gates.KEY_SALT)
+    combiner = cls.identity(size, dim, dtype=dtype, gate=gate, key=gate_key)
     if init == "random" and isinstance(combiner, AbstractGRN):
         if key is None:
             raise ValueError("init='random' needs a PRNG key")

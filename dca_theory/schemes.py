@@ -68,6 +68,7 @@ class Scheme:
     retrofit: bool = False  # a vanilla model converts exactly into this scheme at init
     per_entry: str = "none"  # combiner parameters per stack entry (see PER_ENTRY)
     gate_vector: bool = False  # combiner has one gate vector w in R^d (GRN-v3)
+    gated: bool = False  # has GRN-v3 gates, so the gate choice applies (dca_theory.gates)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -99,9 +100,9 @@ SCHEMES: tuple[Scheme, ...] = (
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector"),
     Scheme("grn_v3", "grn", "GRN-v3", "#2ca02c", "GRN-v2 plus an input-dependent ReLU gate",
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
-           gate_vector=True),
+           gate_vector=True, gated=True),
     Scheme("dca", "dca", "DCA", "#ff7f0e", "three GRN-v3 per block for queries, keys, values",
-           lm=True, takes_k=True, retrofit=True),
+           lm=True, takes_k=True, retrofit=True, gated=True),
     Scheme("denseformer", "baseline", "DenseFormer", "#8c564b",
            "depth-weighted average of earlier outputs", lm=True),
     Scheme("hyper_connections", "baseline", "Hyper-Connections", "#e377c2",
@@ -120,7 +121,7 @@ def names(*, family: str | None = None, **flags: bool) -> tuple[str, ...]:
     for flag in flags:
         if not isinstance(getattr(SCHEMES[0], flag, None), bool):
             raise ValueError(f"unknown scheme property {flag!r}; valid: toy, theory, lm, "
-                             "takes_k, grn_window, retrofit, gate_vector")
+                             "takes_k, grn_window, retrofit, gate_vector, gated")
     return tuple(
         s.name for s in SCHEMES
         if all(getattr(s, k) == v for k, v in flags.items())

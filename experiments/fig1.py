@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from dca_theory import gates
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -59,6 +60,9 @@ class Fig1Config:
     log_every: int = 10
     dtype: str = "float32"
     seed: int = 0
+    # GRN-v3's gate: the printed form, as in the committed results (experiments/toy_gates.py
+    # compares the gates of dca_theory.gates)
+    gate: str = "paper"
 
     def __post_init__(self):
         if not self.kinds or not self.tasks or not self.learning_rates:
@@ -69,6 +73,7 @@ class Fig1Config:
             raise ValueError(f"rank {self.rank} out of range: need 1 <= rank <= d={self.dim}")
         for kind in self.kinds:
             check_kind(kind)
+        object.__setattr__(self, "gate", gates.canonical(self.gate))
         for task in self.tasks:
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
@@ -125,7 +130,8 @@ def run_task_kind(task: str, kind: str, cfg: Fig1Config) -> dict:
     keys = jnp.tile(keys, (n_lr, 1))  # same init for every learning rate
     lrs = np.repeat(np.asarray(cfg.learning_rates), cfg.seeds)
     models = eqx.filter_vmap(lambda k: DeepLinear(
-        cfg.dim, cfg.rank, cfg.depth, kind=kind, init_std=cfg.init_std, dtype=dtype, key=k
+        cfg.dim, cfg.rank, cfg.depth, kind=kind, gate=cfg.gate, init_std=cfg.init_std, dtype=dtype,
+        key=k
     ))(keys)
     tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="sgd",
                           learning_rate=float(cfg.learning_rates[0]))

@@ -13,7 +13,7 @@ steps of 16 sequences, lr 2e-3, 40 warm-up steps, AdamW as in the paper), with
 block plus an output GRN), seeds 0, 1, 2 (same data order for every architecture: differences
 are paired by seed). At the paper's initialisation (b = 1, w = 0) with the ReLU gate, the GRN-v3
 weights w get zero gradient, so GRN-v3 / DCA train as if they had GRN-v2 gates; the rows
-``grn_v3_open`` / ``dca_open`` (Tiny Shakespeare only) use the ``relu_open`` gate (same function,
+``grn_v3_open`` / ``dca_open`` (Tiny Shakespeare only) use the ``open`` gate (same function,
 derivative 1 at 0), with which w trains; the full mode includes them only if they are cached
 (``OPTIONAL_FULL_KINDS``; the summary's ``left_out`` lists missing ones). Reported: whole-split
 test perplexity per seed, mean ± std, seed-paired differences (each kind - vanilla, v2 - v1,

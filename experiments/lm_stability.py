@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from dca_theory import gates
 from dca_theory.io import RunDir, read_json, to_jsonable
 from dca_theory.lab.lm_grid import ablation_specs
 from dca_theory.lab.lm_runs import ensure_run
@@ -212,7 +213,7 @@ def example_pair(rows: list[dict], c: float = C) -> dict | None:
     vanilla = [r for r in rows if r["group"] == "vanilla"]
     dca = {(r["data"], r["d_model"], r["n_layers"], r["seed"]): r for r in rows
            if r["group"] == "dca_family" and r["residual"] == "dca" and r["k"] is None
-           and r["gate"] == "relu"}
+           and gates.canonical(r["gate"]) == "paper"}
     ranked = sorted(vanilla, key=lambda r: (r["n_events"][str(c)], r["n_layers"], r["d_model"]),
                     reverse=True)
     for v in ranked:

@@ -11,7 +11,7 @@ unresolved).
 
 **Design.** The trained models of :func:`dca_theory.lab.lm_grid.ablation_specs` (Tiny Shakespeare,
 width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
-and ``grn_v3_open`` / ``dca_open`` with the ``relu_open`` gate. For every GRN and seed,
+and ``grn_v3_open`` / ``dca_open`` with the ``open`` gate. For every GRN and seed,
 :func:`dca_theory.lab.analysis.bias_profile` gives the median and 5-95% band of b over the 64
 features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
 slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are

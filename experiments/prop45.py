@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from tqdm import tqdm
 
+from dca_theory import gates
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -45,6 +46,9 @@ class Prop45Config:
     learning_rate: float = 3e-3
     jacobian_inputs: int = 32
     seed: int = 0
+    # GRN-v3's gate: the printed form, as in the committed results (experiments/toy_gates.py
+    # compares the gates of dca_theory.gates)
+    gate: str = "paper"
 
     def __post_init__(self):
         if not self.widths or not self.kinds:
@@ -55,6 +59,7 @@ class Prop45Config:
             raise ValueError(f"width {bad[0]} out of range: need 1 <= width <= d={self.dim}")
         for kind in self.kinds:
             check_kind(kind)
+        object.__setattr__(self, "gate", gates.canonical(self.gate))
 
 
 QUICK = Prop45Config(dim=10, widths=(1, 2), kinds=("base", "res", "grn_v1"), seeds=1,
@@ -82,7 +87,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
     results = {}
     for kind in tqdm(cfg.kinds, desc="prop45 kinds"):
         models = eqx.filter_vmap(lambda k, kind=kind: MLPResNet(
-            cfg.dim, list(cfg.widths), depth, kind=kind, dtype=jnp.float64, key=k))(keys)
+            cfg.dim, list(cfg.widths), depth, kind=kind, gate=cfg.gate, dtype=jnp.float64,
+            key=k))(keys)
         trained, losses = fit_many(models, teacher, keys, tcfg)
         bound = min(cfg.widths) if kind == "base" else r_star
         for s in range(cfg.seeds):

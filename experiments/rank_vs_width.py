@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from dca_theory import gates
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -70,6 +71,9 @@ class RankWidthConfig:
     test_inputs: int = 4096
     log_every: int = 50
     seed: int = 0
+    # GRN-v3's gate: the printed form, as in the committed results (experiments/toy_gates.py
+    # compares the gates of dca_theory.gates)
+    gate: str = "paper"
 
     def __post_init__(self):
         _check(self)
@@ -96,6 +100,7 @@ def _check(cfg: RankWidthConfig) -> None:
     _bucket_of(max(cfg.widths), cfg.buckets)
     for kind in cfg.kinds:
         check_kind(kind)
+    object.__setattr__(cfg, "gate", gates.canonical(cfg.gate))
     bad_rank = [k for k, _ in cfg.teachers if not 1 <= k <= cfg.dim]
     if bad_rank:
         raise ValueError(f"teacher rank {bad_rank[0]} out of range: need 1 <= k <= d={cfg.dim}")
@@ -145,7 +150,7 @@ def run_bucket(kind: str, bucket: int, widths, cfg, teachers, pbar=None) -> list
                       for w, ti, s in combos])
     wv = jnp.asarray([w for w, _, _ in combos])
     models = eqx.filter_vmap(lambda k, w: MLPResNet(
-        cfg.dim, w, cfg.depth, kind=kind, pad_to=bucket, key=k))(keys, wv)
+        cfg.dim, w, cfg.depth, kind=kind, gate=cfg.gate, pad_to=bucket, key=k))(keys, wv)
     tstack = _stack([teachers[ti] for _, ti, _ in combos])
     tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adamw",
                           learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 
 import numpy as np
+from dca_theory import gates
+
 
 from figures.style import (
     FULL,
@@ -31,7 +33,7 @@ from figures.style import (
 KIND = "experiment"
 NAME = "fig_lm_weights"
 FAMILIES = {"grn_v3": ("grn_v3", "grn_v3_open"), "dca": ("dca", "dca_open")}
-GATE_LABELS = {"relu": "ReLU gate (paper)", "relu_open": "open gate (w trains)"}
+GATE_LABELS = {"paper": "ReLU gate (paper)", "open": "open gate (w trains)"}
 
 
 def panel_grns(names: list[str]) -> list[str]:
@@ -64,7 +66,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         rows = []
         for ax, grn in zip(axes, grns):
             for k in present:
-                r, gate = profiles[k][grn], kinds[k]["grn_gate"]
+                r, gate = profiles[k][grn], gates.canonical(kinds[k]["grn_gate"])
                 x = np.arange(len(r["slots"]))
                 # both gates in the scheme's colour; the open gate dashed, its band hatched
                 ls, color = scheme_linestyle(k), scheme_color(k)

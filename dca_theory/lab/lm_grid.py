@@ -26,7 +26,7 @@ _FULL = {cls: cls.preset(False) for cls in (AblationSettings, RelatedSettings, W
                                              DepthSettings, KSettings, RetrofitSettings)}
 ABLATION_KINDS: tuple[str, ...] = _FULL[AblationSettings].kinds
 RELATED_KINDS: tuple[str, ...] = _FULL[RelatedSettings].kinds
-OPEN_GATE_KINDS: tuple[str, ...] = _FULL[AblationSettings].open_gate_kinds  # relu_open: w trains
+OPEN_GATE_KINDS: tuple[str, ...] = _FULL[AblationSettings].open_gate_kinds  # open gate: w trains
 WIDTHS: tuple[int, ...] = _FULL[WidthSettings].widths  # 128 did not fit the CPU budget
 DEPTHS: tuple[int, ...] = _FULL[DepthSettings].depths
 K_DEPTH: int = _FULL[KSettings].depth
@@ -40,7 +40,7 @@ def ablation_specs(quick: bool, data: str = "shakespeare",
     s = settings or AblationSettings.preset(quick)
     out = {k: spec(k, data, quick, grid=s, residual=k) for k in s.kinds}
     out |= {f"{k}_open": spec(f"{k}_open", data, quick, grid=s, residual=k,
-                              grn_gate="relu_open")
+                              grn_gate="open")
             for k in s.open_gate_kinds}
     return out
 

@@ -30,8 +30,8 @@ __all__ = ["LMGridSettings", "AblationSettings", "RelatedSettings", "WidthSettin
 
 #: residual kinds the LM trains (``vanilla`` also spelled ``res``)
 LM_KINDS: tuple[str, ...] = schemes.names(lm=True)
-#: kinds whose GRNs have the GRN-v3 ReLU gate, so that the ``relu_open`` gate changes training
-GATED_KINDS: tuple[str, ...] = ("grn_v3", "dca")
+#: kinds with GRN-v3 gates, so that the gate choice changes training (dca_theory.gates)
+GATED_KINDS: tuple[str, ...] = schemes.names(lm=True, gated=True)
 
 
 def _check_kinds(kinds: tuple[str, ...], what: str = "kinds") -> None:
@@ -83,7 +83,7 @@ class MultiDatasetSettings(LMGridSettings):
 @dataclass(frozen=True)
 class AblationSettings(MultiDatasetSettings):
     """Paper Table 7: ``kinds`` with the paper's gate, plus ``open_gate_kinds`` again with the
-    ``relu_open`` gate (rows ``<kind>_open``, on Tiny Shakespeare only)."""
+    ``open`` gate (rows ``<kind>_open``, on Tiny Shakespeare only)."""
 
     kinds: tuple[str, ...] = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca")
     open_gate_kinds: tuple[str, ...] = GATED_KINDS

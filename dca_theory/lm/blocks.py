@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_and_norm
 from dca_theory.lm.norm import at_least_float32, layer_norm
@@ -243,15 +244,20 @@ class DCABlock(eqx.Module):
 
     @classmethod
     def init(cls, cfg: ModelConfig, stack_size: int, *, key: PRNGKeyArray) -> DCABlock:
-        return cls.from_pre_ln(PreLNBlock.init(cfg, key=key), stack_size, gate=cfg.grn_gate)
+        return cls.from_pre_ln(PreLNBlock.init(cfg, key=key), stack_size, gate=cfg.grn_gate,
+                               key=jax.random.fold_in(key, KEY_SALT))
 
     @classmethod
-    def from_pre_ln(cls, block: PreLNBlock, stack_size: int, *, gate: str = "relu") -> DCABlock:
+    def from_pre_ln(cls, block: PreLNBlock, stack_size: int, *, gate: str = DEFAULT_GATE,
+                    key: PRNGKeyArray | None = None) -> DCABlock:
         """The DCA block computing the same function as ``block`` when its GRNs are at init
-        (b = 1, w = 0): LN_q = LN_k = LN_v = LN_1 and LN_h = LN_2 (see the module docstring)."""
+        (b = 1, w = 0): LN_q = LN_k = LN_v = LN_1 and LN_h = LN_2 (see the module docstring).
+        ``key`` draws w for a gate that starts it at random (``small_init``)."""
         dim = block.ln1.scale.shape[0]
         dtype = block.ln1.scale.dtype
-        grn = [make_combiner("grn_v3", stack_size, dim, dtype=dtype, gate=gate) for _ in range(3)]
+        keys = (None,) * 3 if key is None else tuple(jax.random.split(key, 3))
+        grn = [make_combiner("grn_v3", stack_size, dim, dtype=dtype, gate=gate, key=k)
+               for k in keys]
         return cls(
             grn_q=grn[0], grn_k=grn[1], grn_v=grn[2],
             ln_q=block.ln1, ln_k=block.ln1, ln_v=block.ln1, attn=block.attn,

@@ -59,8 +59,9 @@ _MODEL_FLAGS = [
     ("--d-mlp", "d_mlp", int, "MLP hidden width"),
     ("--max-len", "max_len", int, "longest sequence the model accepts"),
     ("--dropout", "dropout", float, "dropout rate (also attention dropout)"),
-    ("--grn-gate", "grn_gate", str, "GRN-v3 gate: 'relu' (paper; w stays at its init 0 because "
-     "ReLU'(0)=0) or 'relu_open' (same function, derivative 1 at 0, so w trains)"),
+    ("--grn-gate", "grn_gate", str, "GRN-v3 gate (grn_v3, dca): 'bias_inside' (default; "
+     "ReLU(b + w.h), exact at init, w trains), 'paper' (b + ReLU(w.h) as printed; w stays 0), "
+     "'open' (as paper, ReLU'(0)=1 so w trains) or 'small_init' (w ~ N(0, 0.01^2))"),
 ]
 
 

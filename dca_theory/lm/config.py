@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dca_theory import schemes
-from dca_theory.residual import check_gate
+from dca_theory import gates, schemes
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
@@ -53,9 +52,10 @@ class ModelConfig:
     param_dtype: str = "float32"
     compute_dtype: str | None = None
     ln_eps: float = 1e-6  # Flax LayerNorm default
-    # GRN-v3 gate: "relu" (paper; ReLU'(0) = 0 so w never leaves its init 0) or "relu_open"
-    # (same function, derivative 1 at 0 so w trains). See dca_theory.residual.relu_open.
-    grn_gate: str = "relu"
+    # GRN-v3 gate (dca_theory.gates): "bias_inside" relu(b + w.h), exact at init and every
+    # parameter trains; "paper" b + relu(w.h) as printed, whose w = 0 never trains; "open",
+    # "small_init". Aliases: relu = paper, relu_open = open.
+    grn_gate: str = gates.DEFAULT_GATE
     # Table 9's restricted GRN stacks (grn_v1/v2/v3 only): ``grn_window`` entries per GRN
     # (None: the whole stack); ``grn_input`` keeps the model input x plus the last
     # ``grn_window - 1`` outputs, otherwise the last ``grn_window`` entries. See grn_slots.
@@ -100,7 +100,9 @@ class ModelConfig:
                 raise ValueError(f"{name} must be one of {', '.join(DTYPES)}, got {value!r}")
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
-        check_gate(self.grn_gate)
+        object.__setattr__(self, "grn_gate", gates.canonical(self.grn_gate))
+        if schemes.get(self.residual).gated:
+            gates.warn_if_frozen(self.grn_gate)
         if self.grn_impl not in GRN_IMPLS:
             raise ValueError(f"unknown grn_impl {self.grn_impl!r}; valid: {', '.join(GRN_IMPLS)}")
         self._check_grn_window()

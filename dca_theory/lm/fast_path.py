@@ -28,8 +28,12 @@ and its custom VJP saves only the entries themselves (alive anyway as layer outp
            \bar b_{j,i} = \sum_{\text{batch}} \bar y_j \odot h_i ,\quad
            \bar w_j = \sum_i \sum_{\text{batch}} \bar p_{j,i}\, h_i .
 
-``gate'`` follows :data:`dca_theory.residual.GATES`: ``relu`` has derivative 0 at 0 (JAX's),
-``relu_open`` has 1. :func:`grn_layer_norm` fuses a DCA block's three GRNs with their
+That is the bias-outside form (gates ``paper``, ``open``, ``small_init`` of
+:mod:`dca_theory.gates`; ``gate'(0)`` is 0 for ``paper`` and 1 for ``open``). With the bias
+inside (``bias_inside``, :math:`c_{j,i} = \mathrm{relu}(b_{j,i} + p_{j,i})`) the derivative
+acts per feature, :math:`m = \mathrm{relu}'(b_{j,i} + p_{j,i})`, on both parameters:
+:math:`\bar b_{j,i} = \sum_{\text{batch}} m \odot \bar y_j \odot h_i` and
+:math:`\bar p_{j,i} = \langle m \odot \bar y_j, h_i \rangle`. :func:`grn_layer_norm` fuses a DCA block's three GRNs with their
 LayerNorms (:func:`dca_theory.lm.norm.layer_norm`): its backward pass keeps neither the GRN
 outputs nor the normalised ones, only the entries and the gate pre-activations, and recomputes
 the rest (the LayerNorm outputs are kept by the attention projections that read them, as in a
@@ -89,21 +93,17 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from dca_theory import grn_formula
+from dca_theory import gates, grn_formula
+from dca_theory.gates import DEFAULT_GATE
 from dca_theory.lm.config import GRN_IMPLS
 from dca_theory.lm.norm import at_least_float32, layer_norm
-from dca_theory.residual import GATES, GRNv1, GRNv2, GRNv3, ResidualStack
+from dca_theory.residual import GRNv1, GRNv2, GRNv3, ResidualStack
 
 #: the combiner classes the fused kernels implement (``b_i (+ gate(w . h_i))`` coefficients)
 FUSED_COMBINERS = (GRNv1, GRNv2, GRNv3)
 
 Entries = tuple[Array, ...]
 
-
-
-def _gate_open(gate: str, pre: Array) -> Array:
-    """``gate'(pre)`` as a 0/1 array: where the gate passes its input's derivative."""
-    return (pre >= 0) if gate == "relu_open" else (pre > 0)
 
 
 # --- separate_add: a sum kept out of XLA's fusions (trick 1) ------------------------------------
@@ -160,9 +160,12 @@ def _gated(ws: tuple) -> tuple[list[int], Array | None]:
 
 
 def _coefficient(gate: str, b: Array, i: int, h: Array, pre: Array | None, m: int | None):
-    """Entry ``i``'s coefficient ``b_i (+ gate(w · h_i))`` in a GRN, shaped to multiply ``h``;
-    ``m`` is the GRN's column in ``pre`` (``None`` for v1/v2)."""
-    return grn_formula.coefficient(b[i], h, None if m is None else pre[..., m], GATES[gate])
+    """Entry ``i``'s coefficient (``b_i``, ``b_i + relu(w · h_i)`` or ``relu(b_i + w · h_i)``)
+    in a GRN, shaped to multiply ``h``; ``m`` is the GRN's column in ``pre`` (``None`` for
+    v1/v2)."""
+    spec = gates.get(gate)
+    return grn_formula.coefficient(b[i], h, None if m is None else pre[..., m],
+                                   spec.nonlinearity, spec.bias_inside)
 
 
 def grn_forward(gate: str, entries: Entries, bs: tuple, ws: tuple):
@@ -202,22 +205,29 @@ def grn_backward(gate: str, entries: Entries, bs: tuple, ws: tuple, pres: tuple,
     :func:`combine_threaded`)."""
     batch_axes = tuple(range(entries[0].ndim - 1))
     v3, w_stack = _gated(ws)
+    spec = gates.get(gate)
     d_entries, d_bs, d_w = [], [[] for _ in bs], None
     for i, h in enumerate(entries):
         dh = jnp.zeros((), jnp.result_type(h, *d_outs))
-        gate_rows = []  # <ȳ_j, h_i> per token, for each GRN-v3 j
+        gate_rows = []  # <ȳ_j, h_i> per token (through the gate), for each GRN-v3 j
         for j, (b, dy) in enumerate(zip(bs, d_outs)):
             prod = dy * h
+            m = v3.index(j) if j in v3 else None
+            if m is not None and spec.bias_inside:
+                # c = relu(b + p): b and p = w.h_i both pass through relu' per feature.
+                inside = grn_formula.per_feature(b[i], h) + pres[i][..., m, None]
+                prod = jnp.where(spec.derivative_mask(inside), prod, 0)
             if b.ndim == 1:  # v1: one scalar per entry
                 d_bs[j].append(jnp.sum(prod).astype(b.dtype))
             else:
                 d_bs[j].append(jnp.sum(prod, axis=batch_axes).astype(b.dtype))
-            m = v3.index(j) if j in v3 else None
             if m is not None:
                 gate_rows.append(jnp.sum(prod, axis=-1))
             dh = dh + _coefficient(gate, b, i, h, pres[i], m) * dy
         if v3:
-            d_pre = jnp.where(_gate_open(gate, pres[i]), jnp.stack(gate_rows, axis=-1), 0)
+            d_pre = jnp.stack(gate_rows, axis=-1)
+            if not spec.bias_inside:  # c = b + relu(p): relu' acts on the scalar p
+                d_pre = jnp.where(spec.derivative_mask(pres[i]), d_pre, 0)
             for m in range(len(v3)):
                 dh = dh + d_pre[..., m, None] * grn_formula.per_feature(w_stack[m], h)
             term = jnp.tensordot(d_pre, h, axes=(batch_axes, batch_axes))  # (n_v3, D)
@@ -236,9 +246,9 @@ _combine.defvjp(_combine_fwd, _combine_bwd)
 def grn_arguments(combiners, entries: Entries) -> tuple[str, tuple, tuple]:
     """Check ``combiners`` against ``entries`` and return ``(gate, bs, ws)`` for
     :func:`grn_forward` (one-line ``ValueError`` on a mismatch)."""
-    gates = {c.gate for c in combiners if isinstance(c, GRNv3)}
-    if len(gates) > 1:
-        raise ValueError(f"combine_entries needs one GRN-v3 gate, got {sorted(gates)}")
+    names = {c.gate for c in combiners if isinstance(c, GRNv3)}
+    if len(names) > 1:
+        raise ValueError(f"combine_entries needs one GRN-v3 gate, got {sorted(names)}")
     for c in combiners:
         if not isinstance(c, FUSED_COMBINERS):
             raise ValueError(f"combine_entries takes {', '.join(k.kind for k in FUSED_COMBINERS)}"
@@ -248,7 +258,7 @@ def grn_arguments(combiners, entries: Entries) -> tuple[str, tuple, tuple]:
                              f"a {c.kind} combiner of size {c.size} and dim {c.dim}")
     bs = tuple(c.b for c in combiners)
     ws = tuple(c.w if isinstance(c, GRNv3) else None for c in combiners)
-    return (gates.pop() if gates else "relu"), bs, ws
+    return (names.pop() if names else DEFAULT_GATE), bs, ws
 
 
 def combine_entries(combiners, entries: Entries) -> tuple[Array, ...]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-from dca_theory import schemes
+from dca_theory import gates, schemes
 from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import TransformerLM, build_model
@@ -42,6 +42,17 @@ def check_retrofit_target(residual: str) -> str:
         return residual
     raise ValueError(f"cannot retrofit into residual={residual!r}; valid targets: "
                      f"{', '.join(targets)}")
+
+
+def check_retrofit_gate(residual: str, gate: str) -> str:
+    """``gate`` if a model of kind ``residual`` with that GRN-v3 gate equals the vanilla one at
+    init (any gate for a scheme without one), else a one-line ValueError naming the valid
+    gates."""
+    if not schemes.get(residual).gated or gates.get(gate).exact_at_init:
+        return gate
+    exact = ", ".join(g.name for g in gates.GATES.values() if g.exact_at_init)
+    raise ValueError(f"cannot retrofit into grn_gate={gate!r}: its w starts at random, so the "
+                     f"model does not equal the vanilla one at init; valid gates: {exact}")
 
 
 def transplant(src, tgt):
@@ -65,6 +76,7 @@ def _check(source: TransformerLM, target: ModelConfig) -> None:
             f"retrofit needs a vanilla source model, got residual={source.cfg.residual!r}"
         )
     check_retrofit_target(target.residual)
+    check_retrofit_gate(target.residual, target.grn_gate)
     if target.grn_window is not None:  # a window drops stack entries: not the plain sum
         raise ValueError(f"cannot retrofit into grn_window={target.grn_window}: a windowed GRN "
                          "does not equal the residual sum at init; valid: grn_window=None")

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import schemes
+from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_stack, middle_add
@@ -104,9 +105,10 @@ class ResidualTrunk(AbstractTrunk):
         grns = None
         if schemes.get(cfg.residual).family == "grn":
             dtype = dtype_of(cfg.param_dtype)
+            gate_keys = jax.random.split(jax.random.fold_in(key, KEY_SALT), cfg.n_layers + 1)
             grns = tuple(
                 make_combiner(cfg.residual, len(cfg.grn_slots(t)), cfg.d_model, dtype=dtype,
-                              gate=cfg.grn_gate)
+                              gate=cfg.grn_gate, key=gate_keys[t])
                 for t in range(cfg.n_layers + 1)
             )
         return cls(cfg=cfg, blocks=blocks, grns=grns)
@@ -164,17 +166,21 @@ class DCATrunk(AbstractTrunk):
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> DCATrunk:
         blocks = tuple(PreLNBlock.init(cfg, key=k) for k in block_keys(cfg, key))
-        return cls.from_pre_ln(cfg, blocks)
+        return cls.from_pre_ln(cfg, blocks, key=jax.random.fold_in(key, KEY_SALT))
 
     @classmethod
-    def from_pre_ln(cls, cfg: ModelConfig, blocks: tuple[PreLNBlock, ...]) -> DCATrunk:
-        """Wrap pre-LN blocks into DCA blocks with identity-initialised GRNs."""
+    def from_pre_ln(cls, cfg: ModelConfig, blocks: tuple[PreLNBlock, ...],
+                    key: PRNGKeyArray | None = None) -> DCATrunk:
+        """Wrap pre-LN blocks into DCA blocks with identity-initialised GRNs (``key`` draws
+        the gate weights of a gate that starts them at random, ``small_init``)."""
+        keys = [None] * (len(blocks) + 1) if key is None else jax.random.split(key, len(blocks) + 1)
         dca = tuple(
-            DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate)
+            DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate, key=keys[t])
             for t, b in enumerate(blocks)
         )
         final = make_combiner("grn_v3", stack_size(cfg.n_layers, cfg.k), cfg.d_model,
-                              dtype=dtype_of(cfg.param_dtype), gate=cfg.grn_gate)
+                              dtype=dtype_of(cfg.param_dtype), gate=cfg.grn_gate,
+                              key=keys[-1])
         return cls(cfg=cfg, blocks=dca, final=final)
 
     def run(self, x_LxD, *, causal, key, collect):

@@ -23,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from dca_theory import schemes
+from dca_theory.gates import DEFAULT_GATE
 from dca_theory.residual import (
     AbstractCombiner,
     NewestOnly,
@@ -79,14 +80,17 @@ def rank_mask(ranks: Array, width: int) -> Bool[Array, "T r"]:
 
 
 def make_combiners(
-    kind: str, depth: int, dim: int, k: int | None, dtype, init: str = "identity", key=None
+    kind: str, depth: int, dim: int, k: int | None, dtype, init: str = "identity", key=None,
+    gate: str = DEFAULT_GATE,
 ) -> tuple[AbstractCombiner, ...]:
-    """The ``T + 1`` combiners: one in front of every layer and one for the output."""
+    """The ``T + 1`` combiners: one in front of every layer and one for the output; ``gate``
+    names GRN-v3's gate (:mod:`dca_theory.gates`; ``small_init`` needs ``key``)."""
     check_kind(kind)
     check_k(k)
     keys = list(jax.random.split(key, depth + 1)) if key is not None else [None] * (depth + 1)
     return tuple(
-        make_combiner(kind, stack_size(t, k), dim, dtype=dtype, init=init, key=keys[t])
+        make_combiner(kind, stack_size(t, k), dim, dtype=dtype, init=init, key=keys[t],
+                      gate=gate)
         for t in range(depth + 1)
     )
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.nets._common import (
     ResidualNet,
     check_dims,
@@ -36,6 +37,7 @@ class DeepLinear(ResidualNet):
         depth: number of layers T.
         kind: ``base``, ``res``, ``grn_v1``, ``grn_v2`` or ``grn_v3``.
         k: optional k-DCA window (``None``: the full stack).
+        gate: GRN-v3's gate (:mod:`dca_theory.gates`; default ``bias_inside``).
         init_std: std of the entries of P_t and Q_t (default ``d**-0.5``: each V_t then has
             O(1) singular values, the scale at which the factorisation matters).
         pad_to: stored width (>= max rank) so nets of different ranks share one shape.
@@ -57,6 +59,7 @@ class DeepLinear(ResidualNet):
         *,
         kind: str = "res",
         k: int | None = None,
+        gate: str = DEFAULT_GATE,
         init_std: float | None = None,
         pad_to: int | None = None,
         dtype=jnp.float32,
@@ -72,7 +75,8 @@ class DeepLinear(ResidualNet):
         m = self.mask.astype(dtype)[:, None, :]
         self.P = std * jax.random.normal(kp, (depth, dim, width), dtype) * m
         self.Q = std * jax.random.normal(kq, (depth, dim, width), dtype) * m
-        self.combiners = make_combiners(kind, depth, dim, k, dtype)
+        self.combiners = make_combiners(kind, depth, dim, k, dtype,
+                                        key=jax.random.fold_in(key, KEY_SALT), gate=gate)
         self.kind, self.k = kind, k
 
     @property

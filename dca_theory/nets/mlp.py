@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.nets._common import (
     ResidualNet,
     check_dims,
@@ -36,6 +37,7 @@ class MLPResNet(ResidualNet):
         depth: number of blocks T.
         kind: residual kind (``base``, ``res``, ``grn_v1``, ``grn_v2``, ``grn_v3``).
         k: optional k-DCA window.
+        gate: GRN-v3's gate (:mod:`dca_theory.gates`; default ``bias_inside``).
         activation: ``gelu`` (default: smooth, no dead units, so the Jacobian of a block has
             rank exactly r_t generically), ``relu`` or ``tanh``.
         pad_to: stored width (>= max width).
@@ -61,6 +63,7 @@ class MLPResNet(ResidualNet):
         *,
         kind: str = "res",
         k: int | None = None,
+        gate: str = DEFAULT_GATE,
         activation: str = "gelu",
         pad_to: int | None = None,
         dtype=jnp.float32,
@@ -80,7 +83,8 @@ class MLPResNet(ResidualNet):
         self.V = (
             v_std[:, None, None] * jax.random.normal(kv, (depth, dim, width), dtype) * m[:, None, :]
         )
-        self.combiners = make_combiners(kind, depth, dim, k, dtype)
+        self.combiners = make_combiners(kind, depth, dim, k, dtype,
+                                        key=jax.random.fold_in(key, KEY_SALT), gate=gate)
         self.kind, self.k, self.activation = kind, k, activation
 
     @property

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dca_theory import schemes
+from dca_theory import gates, schemes
+from dca_theory.gates import DEFAULT_GATE
 from dca_theory.lm.config import ModelConfig
 
 POSITIONS: tuple[str, ...] = ("learned", "sincos2d")
@@ -46,6 +47,7 @@ class ViTConfig:
     positions: str = "sincos2d"
     pool: str = "gap"
     param_dtype: str = "float32"
+    grn_gate: str = DEFAULT_GATE  # GRN-v3's gate for grn_v3 / dca (dca_theory.gates)
 
     def __post_init__(self):
         for name in ("image_size", "patch_size", "channels", "num_classes", "d_model",
@@ -58,6 +60,7 @@ class ViTConfig:
                              f"{self.patch_size}")
         schemes.check(self.residual, schemes.names(lm=True), what="residual")
         object.__setattr__(self, "residual", schemes.canonical(self.residual))
+        object.__setattr__(self, "grn_gate", gates.canonical(self.grn_gate))
         self.trunk_config()  # the trunk's own checks: heads divide d_model, k only with dca, ...
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, "
@@ -92,7 +95,7 @@ class ViTConfig:
             vocab_size=1, max_len=self.num_tokens, d_model=self.d_model, n_heads=self.n_heads,
             d_mlp=self.d_mlp, n_layers=self.n_layers, dropout=self.dropout,
             attn_dropout=self.attn_dropout, residual=self.residual, k=self.k,
-            param_dtype=self.param_dtype, compute_dtype=self.param_dtype,
+            param_dtype=self.param_dtype, compute_dtype=self.param_dtype, grn_gate=self.grn_gate,
         )
 
     def replace(self, **changes) -> ViTConfig:

@@ -34,7 +34,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
-from dca_theory.lm.retrofit import check_retrofit_target, transplant
+from dca_theory.lm.retrofit import check_retrofit_gate, check_retrofit_target, transplant
 from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, States
 from dca_theory.lm.trunks import Trunk
 from dca_theory.vit.config import ViTConfig
@@ -141,6 +141,7 @@ def retrofit(source: ViT, residual: str, k: int | None = None) -> ViT:
                          f"{source.cfg.residual!r}")
     residual = schemes.canonical(check_retrofit_target(residual))
     cfg = source.cfg.replace(residual=residual, k=k)
+    check_retrofit_gate(residual, cfg.grn_gate)
     fresh = ViT(cfg, key=jax.random.PRNGKey(0))  # shapes and identity GRNs
     blocks = source.trunk.blocks
     if residual == "dca":

@@ -27,7 +27,8 @@ from dca_theory.lm.fast_path import (
     middle_add,
     separate_add,
 )
-from dca_theory.residual import GATES, ResidualStack, make_combiner
+from dca_theory.gates import GATES
+from dca_theory.residual import ResidualStack, make_combiner
 
 RTOL = 1e-12
 # Relative to the largest magnitude in the whole compared tree: some gradients are exactly 0
@@ -78,12 +79,14 @@ def test_fused_equals_reference(gate, init, batch, getkey):
                         jax.grad(_loss_reference, argnums=1)(combs, entries))
 
 
-@pytest.mark.parametrize("gate, moves", [("relu", False), ("relu_open", True)])
-def test_gate_derivative_at_zero_matches_reference(gate, moves, getkey):
-    """At the paper's init (w = 0) every gate input is exactly 0: ReLU'(0) = 0 keeps w still,
-    relu_open lets it move; the fused backward must reproduce both."""
+@pytest.mark.parametrize("gate, moves", [("paper", False), ("open", True), ("bias_inside", True),
+                                         ("small_init", True)])
+def test_gate_derivative_at_init_matches_reference(gate, moves, getkey):
+    """At init the paper's gate input w.h is exactly 0 and ReLU'(0) = 0 keeps w still; the
+    open gate (ReLU'(0) = 1), the bias inside (ReLU'(1) = 1) and a random w let it move. The
+    fused backward must reproduce each."""
     entries = tuple(jax.random.normal(getkey(), (7, 3), jnp.float64) for _ in range(3))
-    comb = make_combiner("grn_v3", 3, 3, dtype=jnp.float64, gate=gate)
+    comb = make_combiner("grn_v3", 3, 3, dtype=jnp.float64, gate=gate, key=getkey())
     g = eqx.filter_grad(_loss_fused)([comb], entries)[0]
     assert (float(jnp.max(jnp.abs(g.w))) > 0) == moves
     _assert_trees_close(g, eqx.filter_grad(_loss_reference)([comb], entries)[0])
@@ -117,11 +120,31 @@ def test_errors(getkey):
     with pytest.raises(ValueError, match="combiners only, got 'vanilla'"):
         combine_entries([make_combiner("res", 3, 4)], entries)
     with pytest.raises(ValueError, match="one GRN-v3 gate"):
-        combine_entries([make_combiner("grn_v3", 3, 4, gate="relu"),
-                         make_combiner("grn_v3", 3, 4, gate="relu_open")], entries)
+        combine_entries([make_combiner("grn_v3", 3, 4, gate="paper"),
+                         make_combiner("grn_v3", 3, 4, gate="open")], entries)
 
 
-@pytest.mark.parametrize("gate", ["relu", "relu_open"])
+def test_bias_inside_backward_where_the_relu_cuts(getkey):
+    """The bias-inside gate with b around 0, so that relu(b + w.h) is 0 for about half the
+    features and tokens: the fused backward's per-feature mask must equal autodiff's."""
+    size, dim = 4, 5
+    entries = tuple(jax.random.normal(getkey(), (6, dim), jnp.float64) for _ in range(size))
+    combs = [make_combiner("grn_v3", size, dim, dtype=jnp.float64, gate="bias_inside")
+             for _ in range(3)]
+    combs = [eqx.tree_at(lambda c: (c.b, c.w), c, (jax.random.normal(getkey(), c.b.shape,
+                                                                      jnp.float64),
+                                                    jax.random.normal(getkey(), c.w.shape,
+                                                                      jnp.float64)))
+             for c in combs]
+    coefficients = combs[0].weights(jnp.stack(entries))
+    assert 0.2 < float(jnp.mean(coefficients == 0)) < 0.8  # the cut is exercised
+    _assert_trees_close(eqx.filter_grad(_loss_fused)(combs, entries),
+                        eqx.filter_grad(_loss_reference)(combs, entries))
+    _assert_trees_close(jax.grad(_loss_fused, argnums=1)(combs, entries),
+                        jax.grad(_loss_reference, argnums=1)(combs, entries))
+
+
+@pytest.mark.parametrize("gate", list(GATES))
 def test_grn_layer_norm_equals_reference(gate, getkey):
     size, dim = 4, 6
     entries = tuple(jax.random.normal(getkey(), (5, dim), jnp.float64) for _ in range(size))
