@@ -11,7 +11,9 @@ unresolved).
 
 **Design.** The trained models of :func:`dca_theory.lab.lm_grid.ablation_specs` (Tiny Shakespeare,
 width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
-and ``grn_v3_open`` / ``dca_open`` with the ``open`` gate. For every GRN and seed,
+and ``grn_v3_open`` / ``dca_open`` with the ``open`` gate; ``<kind>_bias_inside`` and
+``<kind>_small_init`` train the same model with those gates (:mod:`dca_theory.gates`), the gate
+under which Figure 10's "negative bias ... filtered out by the ReLU" reading is possible. For every GRN and seed,
 :func:`dca_theory.lab.analysis.bias_profile` gives the median and 5-95% band of b over the 64
 features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
 slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are
@@ -49,11 +51,12 @@ import numpy as np
 
 from dca_theory.io import RunDir
 from dca_theory.lab.lm_grid import ablation_specs
-from dca_theory.lab.lm_runs import ensure_run, load_models
+from dca_theory.lab.lm_runs import ensure_run, load_models, spec
 from dca_theory.lab.lm_settings import (
     WEIGHT_KINDS,
     WeightsSettings,
     ablation_settings,
+    split_gate,
     experiment_settings,
     run_cache,
     run_config,
@@ -161,10 +164,17 @@ def analyse(models) -> dict:
 
 
 def weight_specs(quick: bool, settings: WeightsSettings | None = None) -> dict:
-    """``{kind: RunSpec}``: the ablation's runs of ``settings.kinds``."""
+    """``{row: RunSpec}`` of ``settings.kinds``: the ablation's runs where it has them (the
+    paper and open gates), else the same run with the row's gate."""
     s = settings or WeightsSettings.preset(quick)
-    return {k: spec for k, spec in ablation_specs(quick, s.train.data,
-                                                  ablation_settings(s)).items() if k in s.kinds}
+    grid = ablation_settings(s)
+    ablation = ablation_specs(quick, s.train.data, grid)
+    out = {}
+    for row in s.kinds:
+        kind, gate = split_gate(row)
+        out[row] = ablation.get(row) or spec(row, s.train.data, quick, grid=grid, residual=kind,
+                                             grn_gate=gate)
+    return out
 
 
 def settings(quick: bool = False, overrides=()) -> WeightsSettings:

@@ -4,9 +4,9 @@ Two figures, ``fig_lm_weights_grn_v3`` (GRN-v3: one panel per block GRN from blo
 the output GRN) and ``fig_lm_weights_dca`` (DCA: the query GRN of each block from block 2 on,
 and the output GRN). In each panel the x-axis is the GRN's stack slot (``in`` = model input,
 ``j`` = block j's output, 1-based), the line is the median of b over the features (averaged
-over seeds) and the band the 5-95% range (seed-averaged percentiles), for the paper's ReLU gate
-(solid, shaded band) and the open gate (w trains; dashed, hatched band); dotted: the initial
-b = 1; dash-dotted: where b = 1 would end under AdamW's weight decay alone (no gradient).
+over seeds) and the band the 5-95% range (seed-averaged percentiles), one colour per GRN-v3
+gate (:mod:`dca_theory.gates`: the paper's literal gate, open, bias inside, small init); with
+the bias inside, b < 0 switches an entry off (Figure 10's reading); dotted: the initial b = 1; dash-dotted: where b = 1 would end under AdamW's weight decay alone (no gradient).
 Figure 10 itself shows a 30-layer model. Reads ``results_dir/lm_weights/summary.json`` only;
 writes PNG, PDF and a CSV per figure.
 """
@@ -17,23 +17,16 @@ import re
 from pathlib import Path
 
 import numpy as np
+
 from dca_theory import gates
-
-
-from figures.style import (
-    FULL,
-    figure,
-    save,
-    saved_summary,
-    scheme_color,
-    scheme_label,
-    scheme_linestyle,
-)
+from figures.style import FULL, figure, gate_color, save, saved_summary, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_weights"
-FAMILIES = {"grn_v3": ("grn_v3", "grn_v3_open"), "dca": ("dca", "dca_open")}
-GATE_LABELS = {"paper": "ReLU gate (paper)", "open": "open gate (w trains)"}
+#: the rows of each figure: the paper's literal gate first, then the live ones
+FAMILIES = {f: (f, f"{f}_open", f"{f}_bias_inside", f"{f}_small_init") for f in ("grn_v3", "dca")}
+GATE_LABELS = {"paper": "b + ReLU(w.h), paper (w frozen)", "open": "open: ReLU'(0) = 1",
+               "bias_inside": "ReLU(b + w.h)", "small_init": "small init w"}
 
 
 def panel_grns(names: list[str]) -> list[str]:
@@ -68,15 +61,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             for k in present:
                 r, gate = profiles[k][grn], gates.canonical(kinds[k]["grn_gate"])
                 x = np.arange(len(r["slots"]))
-                # both gates in the scheme's colour; the open gate dashed, its band hatched
-                ls, color = scheme_linestyle(k), scheme_color(k)
-                ax.plot(x, r["median"], color=color, ls=ls, marker="o", ms=2.5,
-                        mfc="white" if ls != "-" else color, label=GATE_LABELS[gate])
-                if ls == "-":
-                    ax.fill_between(x, r["low"], r["high"], color=color, alpha=0.2, lw=0)
-                else:
-                    ax.fill_between(x, r["low"], r["high"], facecolor="none", edgecolor=color,
-                                    hatch="////", alpha=0.5, lw=0)
+                color = gate_color(gate)
+                ax.plot(x, r["median"], color=color, marker="o", ms=2.5, label=GATE_LABELS[gate])
+                ax.fill_between(x, r["low"], r["high"], color=color, alpha=0.12, lw=0)
                 rows += [{"family": family, "kind": k, "gate": gate, "grn": grn, "slot": s,
                           "median": md, "p5": lo, "p95": hi}
                          for s, md, lo, hi in zip(r["slots"], r["median"], r["low"], r["high"])]
@@ -89,7 +76,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             ax.set(xticks=x, xticklabels=slot_ticks(profiles[present[0]][grn]["slots"]),
                    title=title + (" (q)" if grn.endswith(".q") else ""), xlabel="stack entry")
         axes[0].set_ylabel("bias value b")
-        axes[0].legend(loc="lower left")
+        axes[0].legend(loc="lower left", fontsize=5)
         fig.suptitle(f"{scheme_label(family)}: learned bias per stack entry (median, 5-95% band)",
                      fontsize=8)
         paths += save(fig, out_dir, f"{NAME}_{family}", rows=rows)

@@ -67,6 +67,18 @@ def difference_label(name: str, reference: str = "vanilla") -> str:
     return f"{scheme_label(name)} - {scheme_label(reference)}"
 
 
+#: one colour per GRN-v3 gate (dca_theory.gates): the literal gate grey, since it computes GRN-v2
+GATE_COLORS = {"paper": "#7f7f7f", "open": "#1f77b4", "bias_inside": "#2ca02c",
+               "small_init": "#d62728"}
+
+
+def gate_color(gate: str) -> str:
+    """The colour of a GRN-v3 gate (any spelling, e.g. ``relu`` = ``paper``)."""
+    from dca_theory import gates
+
+    return GATE_COLORS[gates.canonical(gate)]
+
+
 def scheme_linestyle(name: str) -> str:
     """Dashed for an open-gate variant (drawn in its scheme's colour), solid otherwise."""
     return "--" if name.endswith("_open") else "-"

@@ -108,3 +108,12 @@ def test_toy_nets_take_the_gate(net, getkey):
         if GATES[gate].exact_at_init:
             np.testing.assert_allclose(jax.vmap(model)(x), jax.vmap(res)(x), rtol=1e-6,
                                        atol=1e-6)
+
+
+def test_relu_derivative_at_zero_depends_on_the_spelling():
+    """The README's statement: the derivative at 0 is a property of the function used, not a
+    convention shared by frameworks."""
+    zero = jnp.zeros((), jnp.float32)
+    assert float(jax.grad(jax.nn.relu)(zero)) == 0.0
+    assert float(jax.grad(lambda x: jnp.maximum(x, 0.0))(zero)) == 0.5
+    assert float(jax.grad(gates.relu_open)(zero)) == 1.0

@@ -9,9 +9,9 @@ import pytest
 
 from experiments import rank_vs_width
 
-TOY = ["fig1", "risk_vs_params", "rank_vs_width", "prop45"]
+TOY = ["fig1", "risk_vs_params", "rank_vs_width", "prop45", "toy_gates"]
 FIGS = {"fig1": "fig_toy_fig1", "risk_vs_params": "fig_toy_risk",
-        "rank_vs_width": "fig_toy_rank_width"}
+        "rank_vs_width": "fig_toy_rank_width", "toy_gates": "fig_toy_gates"}
 
 
 @pytest.mark.slow
@@ -26,6 +26,10 @@ def test_quick_run_writes_run_dir_and_figure(name, tmp_path):
     assert lines and all(json.loads(line) for line in lines)
     if name == "prop45":
         assert summary["all_hold"]  # Prop. 4.5 is a theorem: it must hold on every run
+    if name == "toy_gates":  # the literal gate's w can neither get gradient nor move
+        paper = [c for c in summary["comparisons"] if c["gate"] == "paper"]
+        assert paper and all(c["w_grad_step0_mean"] == c["w_norm_final_mean"] == 0.0
+                             for c in paper)
     if name in FIGS:
         fig = importlib.import_module(f"figures.{FIGS[name]}")
         outs = fig.make(tmp_path / "figs", tmp_path)

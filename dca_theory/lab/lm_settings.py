@@ -206,8 +206,19 @@ class InputsSettings(LMGridSettings):
         return {"window": 2} if quick else {}
 
 
-#: the rows of lm_weights: GRN-v3 and DCA with the paper's gate and with the open gate
-WEIGHT_KINDS: tuple[str, ...] = ("grn_v3", "grn_v3_open", "dca", "dca_open")
+#: the rows of lm_weights: GRN-v3 and DCA with each gate of dca_theory.gates (the paper's
+#: literal gate unsuffixed, the others as ``<kind>_<gate>``)
+WEIGHT_GATES: tuple[str, ...] = ("paper", "open", "bias_inside", "small_init")
+WEIGHT_KINDS: tuple[str, ...] = tuple(
+    k if g == "paper" else f"{k}_{g}" for k in ("grn_v3", "dca") for g in WEIGHT_GATES)
+
+
+def split_gate(row: str) -> tuple[str, str]:
+    """``(kind, gate)`` of an lm_weights row (``dca_bias_inside`` -> ``("dca", "bias_inside")``)."""
+    for gate in WEIGHT_GATES[1:]:
+        if row.endswith("_" + gate):
+            return row[: -len(gate) - 1], gate
+    return row, "paper"
 
 
 @dataclass(frozen=True)

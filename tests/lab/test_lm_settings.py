@@ -75,7 +75,8 @@ def test_bad_key_and_bad_value_are_one_line_errors(name, capsys):
     ("lm_depth", "train.warmup_steps=-1", "warmup_steps must be >= 0, got -1"),
     ("lm_k", "train.steps=10", "train.eval_every=10 must be below train.steps=10"),
     ("lm_inputs", "window=1", "window must be >= 2, got 1"),
-    ("lm_weights", "kinds=vanilla", "kinds must be a non-empty subset of grn_v3, grn_v3_open"),
+    ("lm_weights", "kinds=vanilla", "kinds must be a non-empty subset of grn_v3, grn_v3_open, "
+                   "grn_v3_bias_inside"),
     ("lm_stability", "c=5", "c_grid must include c=5.0"),
 ])
 def test_settings_validate_through_their_configs(name, item, message):

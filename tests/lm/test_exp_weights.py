@@ -91,11 +91,13 @@ def test_quick_mode_and_figures(tmp_path, monkeypatch, data_dir):
 
     monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
     s = read_json(E.main(quick=True, out=tmp_path / "lm_weights") / "summary.json")
-    # ReLU'(0) = 0 at w = 0: the paper gate's w never moves; the open gate's does
+    # ReLU'(0) = 0 at w = 0: the paper gate's w never moves; every live gate's does
     assert s["kinds"]["grn_v3"]["w"]["all_exactly_zero"] is True
     assert s["kinds"]["dca"]["w"]["all_exactly_zero"] is True
-    assert s["kinds"]["grn_v3_open"]["w"]["max_abs"] > 0.0
-    assert s["kinds"]["dca_open"]["w"]["max_abs"] > 0.0
+    for gate in ("open", "bias_inside", "small_init"):
+        for kind in ("grn_v3", "dca"):
+            assert s["kinds"][f"{kind}_{gate}"]["grn_gate"] == gate
+            assert s["kinds"][f"{kind}_{gate}"]["w"]["max_abs"] > 0.0
     paths = fig_lm_weights.make(tmp_path / "fig", tmp_path)
     assert sorted(q.name for q in paths if q.suffix == ".png") == [
         "fig_lm_weights_dca.png", "fig_lm_weights_grn_v3.png"]
