@@ -24,10 +24,11 @@ from dca_theory.theory.verdicts import VERDICTS, Row
 
 
 def _checks() -> list[tuple[str, Callable[[bool], list[Row]]]]:
+    from dca_theory.theory import _checks_bias_inside as B
     from dca_theory.theory import _checks_expressivity as E
     from dca_theory.theory import _checks_tradeoff as T
 
-    return [*E.CHECKS, *T.CHECKS]
+    return [*E.CHECKS, *T.CHECKS, *B.CHECKS]
 
 
 def run_checks(quick: bool = False) -> list[Row]:
