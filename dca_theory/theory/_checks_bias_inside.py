@@ -16,8 +16,13 @@ from dca_theory.theory import bias_inside as BI
 from dca_theory.theory import constructions as C
 from dca_theory.theory import montecarlo as MC
 from dca_theory.theory import reference as R
-from dca_theory.theory._checks_expressivity import (CONSTRUCT_RTOL, Z_MAX, _best_w,
-                                                     _random_ranks, _rel)
+from dca_theory.theory._checks_expressivity import (
+    CONSTRUCT_RTOL,
+    Z_MAX,
+    _best_w,
+    _random_ranks,
+    _rel,
+)
 from dca_theory.theory._checks_tradeoff import _er_res, _first_uncertified, _scan
 from dca_theory.theory.verdicts import Row, verdict
 

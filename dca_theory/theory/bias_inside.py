@@ -136,8 +136,9 @@ def quadratic_gap_sq(w_paper: np.ndarray, w: np.ndarray, proj: np.ndarray, X: np
 
 
 def quadratic_gap_lower_bound(w: np.ndarray, proj: np.ndarray) -> float:
-    r""":math:`\tfrac12 E[(w^\top x)^2\|\Pi x\|^2] = \tfrac12(\|w\|^2\mathrm{tr}\Pi + 2w^\top\Pi w)`,
-    which is :math:`\ge\tfrac12\|w\|^2(d - 2r_*)` for a projector off S."""
+    r""":math:`\tfrac12 E[(w^\top x)^2\|\Pi x\|^2]
+    = \tfrac12(\|w\|^2\mathrm{tr}\Pi + 2w^\top\Pi w)`, which is
+    :math:`\ge\tfrac12\|w\|^2(d - 2r_*)` for a projector off S."""
     return 0.5 * (float(w @ w) * float(np.trace(proj)) + 2.0 * float(w @ proj @ w))
 
 
