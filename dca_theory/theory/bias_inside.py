@@ -30,7 +30,10 @@ combiner; the ``bias_inside`` gate of :mod:`dca_theory.gates`). Call its class
   bias inside that slot gives :math:`\mathrm{ReLU}(\beta + w^\top x)\odot x`, whose risk
   :func:`gate_risk` is closed-form (moments :func:`gate_moments`, both gates); the best
   rank-r M for a fixed gate is Eckart-Young (:func:`profile`), so :func:`minimise` searches
-  2d numbers.
+  2d numbers. Around any :math:`\beta > 0` the gate is linear but for a tail of mass
+  :math:`\Phi(-\beta/\|w\|)`, and its term :math:`(w^\top x)x` is odd: no gain at any
+  polynomial order, so Theorem 4.2's v3 bound holds with c = 0 (:func:`v2_plus_bound`) and
+  (4.3) with :math:`\eta = \kappa` (:func:`threshold_inside`).
 """
 
 from __future__ import annotations
