@@ -252,3 +252,25 @@ def all_checks() -> dict[str, bool]:
         "thresholds": thresholds()["ok"],
         "eta_identity": eta_identity()["ok"],
     }
+
+
+def bias_inside_moments() -> dict:
+    r"""Moments of the bias-inside coefficient :math:`g = \mathrm{ReLU}(\beta + nz)`, z ~ N(0,1),
+    n > 0, in :math:`a = \beta/n` (so :math:`g = n(a+z)_+`):
+    :math:`E(a+z)_+ = a\Phi+\phi`, :math:`E(a+z)_+z^2 = a\Phi+2\phi`,
+    :math:`E(a+z)_+^2 = (a^2+1)\Phi+a\phi`, :math:`E(a+z)_+^2z^2 = (a^2+3)\Phi+a\phi`
+    (:math:`\Phi, \phi` at a), by exact integration over z > -a. As :math:`a\to\infty` they
+    tend to the moments of the ungated :math:`a+z`: the gate's kink leaves the bulk."""
+    a = sp.Symbol("a", real=True)
+    Phi = (1 + sp.erf(a / sp.sqrt(2))) / 2
+    phi = sp.exp(-a**2 / 2) / sp.sqrt(2 * sp.pi)
+    claims = {(1, 0): a * Phi + phi, (1, 2): a * Phi + 2 * phi,
+              (2, 0): (a**2 + 1) * Phi + a * phi, (2, 2): (a**2 + 3) * Phi + a * phi}
+    got, ok = {}, True
+    for (p, q), claim in claims.items():
+        got[(p, q)] = sp.integrate((a + _x) ** p * _x**q * _PHI, (_x, -a, sp.oo))
+        ok = ok and sp.simplify((got[(p, q)] - claim).rewrite(sp.erf)) == 0
+    limits = {(p, q): sp.limit(claims[(p, q)] - gauss_moment((a + _x) ** p * _x**q), a, sp.oo)
+              for (p, q) in claims}
+    return {"moments": got, "claims": claims, "ok": bool(ok),
+            "ungated_limit_ok": all(v == 0 for v in limits.values())}

@@ -90,10 +90,10 @@ def test_numpy_forward_matches_shared_jax_operator(kind):
     net = C.realise(kind, M, ranks, rng=rng, **args)
     X = rng.normal(size=(6, d))
 
-    def comb(t):
+    def comb(t):  # Theorem 4.1's GRN-v3 is the paper's gate (bias outside the ReLU)
         if net.b[t] is None:
-            return make_combiner(kind, t + 1, d, dtype=jnp.float64)
-        comb = make_combiner(kind, t + 1, d, dtype=jnp.float64)
+            return make_combiner(kind, t + 1, d, dtype=jnp.float64, gate="paper")
+        comb = make_combiner(kind, t + 1, d, dtype=jnp.float64, gate="paper")
         comb = eqx.tree_at(lambda c: c.b, comb, jnp.asarray(net.b[t]))
         if net.w[t] is None:
             return comb
