@@ -9,6 +9,8 @@ Three sources of real text, each a :class:`Corpus` of three integer token stream
 * ``"shakespeare"``: Tiny Shakespeare, character level (65 symbols, vocabulary from the whole
   file). The last 10 % of characters are held out: the first 5 % of that tail is the
   validation split, the last 5 % the test split.
+* ``"ptb-char"``, ``"python-stdlib"`` (bytes) and ``"python-stdlib-bpe"``: the evidence
+  experiment's corpora, loaded by :mod:`dca_theory.lm.corpora` (its docstring says how).
 * a path to any UTF-8 text file: a byte-level BPE tokenizer (Hugging Face ``tokenizers``) is
   trained on the first 90 % of the file and saved with the run; valid / test are split as for
   Tiny Shakespeare.
@@ -35,7 +37,9 @@ import numpy as np
 
 from dca_theory.paths import data_dir as resolve_data_dir
 
-KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare")
+#: loaded by dca_theory.lm.corpora
+EVIDENCE_CORPORA: tuple[str, ...] = ("ptb-char", "python-stdlib", "python-stdlib-bpe")
+KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare", *EVIDENCE_CORPORA)
 EOS, UNK = "<eos>", "<unk>"
 PTB_VOCAB_SIZE = 10_000
 
@@ -45,6 +49,10 @@ SHA256: dict[str, str] = {
     "ptb/ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
     "ptb/ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
     "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    # of the decompressed text
+    "python-stdlib/train.txt.xz": "dd2a43d1df516ef168980ab03b05dece4e5f9dffbdc78605fe696f4a8772a85a",
+    "python-stdlib/valid.txt.xz": "300e5cbe22e3db89363a7852696ece341072457bd3a897a4a3cd68d12b69d629",
+    "python-stdlib/test.txt.xz": "a896bdd038f803de63ada91e642e4f1e15a0319680e8db9f4a9233d307f9a0a2",
 }
 
 
@@ -84,10 +92,12 @@ def read_text(path: Path, *, expected_sha256: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """Word-, char- or BPE-level tokenizer; ``save``/``load`` round-trip through one JSON file.
+    """Word-, char-, byte- or BPE-level tokenizer; ``save``/``load`` round-trip through one
+    JSON file.
 
-    ``kind`` is ``"word"`` (tokens joined by spaces, ``<eos>`` shown as a newline), ``"char"``
-    or ``"bpe"`` (``spec`` holds the Hugging Face tokenizer JSON).
+    ``kind`` is ``"word"`` (tokens joined by spaces, ``<eos>`` shown as a newline), ``"char"``,
+    ``"byte"`` (the 256 byte values of the UTF-8 text) or ``"bpe"`` (``spec`` holds the Hugging
+    Face tokenizer JSON).
     """
 
     kind: str
@@ -96,6 +106,8 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        if self.kind == "byte":
+            return 256
         return len(self.vocab) if self.kind != "bpe" else self._hf().get_vocab_size()
 
     def _hf(self):
@@ -106,6 +118,8 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         if self.kind == "bpe":
             return np.asarray(self._hf().encode(text).ids, dtype=np.int32)
+        if self.kind == "byte":
+            return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
         index = {tok: i for i, tok in enumerate(self.vocab)}
         if self.kind == "char":
             unknown = sorted(set(text) - index.keys())
@@ -124,6 +138,8 @@ class Tokenizer:
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if self.kind == "bpe":
             return self._hf().decode(ids)
+        if self.kind == "byte":  # a window may cut a character: show it as U+FFFD
+            return bytes(ids).decode("utf-8", errors="replace")
         toks = [self.vocab[i] for i in ids]
         if self.kind == "char":
             return "".join(toks)
@@ -230,9 +246,13 @@ def load_text_file(path: Path, *, bpe_vocab_size: int,
 
 def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size: int = 8192,
                 tokenizer: Tokenizer | None = None) -> Corpus:
-    """``name`` is ``"ptb"``, ``"shakespeare"`` or a path to a UTF-8 text file."""
+    """``name`` is one of :data:`KNOWN_CORPORA` or a path to a UTF-8 text file."""
     if name in KNOWN_CORPORA:
         root = resolve_data_dir(data_dir)
+        if name in EVIDENCE_CORPORA:
+            from dca_theory.lm import corpora
+
+            return corpora.load(name, root, bpe_vocab_size=bpe_vocab_size)
         return load_ptb(root) if name == "ptb" else load_shakespeare(root)
     path = Path(name)
     if path.is_file() or path.suffix or path.parent != Path("."):
