@@ -49,10 +49,13 @@ SHA256: dict[str, str] = {
     "ptb/ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
     "ptb/ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
     "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-    # of the decompressed text
-    "python-stdlib/train.txt.xz": "dd2a43d1df516ef168980ab03b05dece4e5f9dffbdc78605fe696f4a8772a85a",
-    "python-stdlib/valid.txt.xz": "300e5cbe22e3db89363a7852696ece341072457bd3a897a4a3cd68d12b69d629",
-    "python-stdlib/test.txt.xz": "a896bdd038f803de63ada91e642e4f1e15a0319680e8db9f4a9233d307f9a0a2",
+    # python-stdlib: of the decompressed text
+    "python-stdlib/train.txt.xz":
+        "dd2a43d1df516ef168980ab03b05dece4e5f9dffbdc78605fe696f4a8772a85a",
+    "python-stdlib/valid.txt.xz":
+        "300e5cbe22e3db89363a7852696ece341072457bd3a897a4a3cd68d12b69d629",
+    "python-stdlib/test.txt.xz":
+        "a896bdd038f803de63ada91e642e4f1e15a0319680e8db9f4a9233d307f9a0a2",
 }
 
 
