@@ -1,5 +1,6 @@
 """``benchmarks/gpu_lm_evidence.py`` (the GPU version of the evidence experiment) dry-runs at
-tiny size on the CPU (marked slow): every (width, arm) trains, is scored, and the summary pairs them."""
+tiny size on the CPU (marked slow): every (width, arm) trains, is scored, and the summary pairs
+them."""
 
 from __future__ import annotations
 
