@@ -65,13 +65,16 @@ def sample_batch(tokens, key, batch: int, seq: int) -> dict:
             "weights": jnp.ones((batch, seq), jnp.float32)}
 
 
-def make_chunk(static, optimizer, tc: LMTrainConfig, tokens, n_steps: int):
-    """``chunk(params, opt_state, rng_S, data_key_S, step0)``: ``n_steps`` vmapped train steps
-    in one ``lax.scan``; returns the new state and the per-step mean loss per seed."""
+def make_chunk(static, optimizer, tc: LMTrainConfig, n_steps: int):
+    """``chunk(params, opt_state, rng_S, data_key_S, step0, tokens)``: ``n_steps`` vmapped
+    train steps in one ``lax.scan``; returns the new state and every step's loss per seed.
+    (``tokens`` is an argument, not a closure: a captured array would be baked into the
+    compiled program as a constant.)"""
     step_fn = jax.vmap(make_train_step(static, optimizer, tc), in_axes=(0, 0, 0, 0, None))
-    draw = jax.vmap(lambda k: sample_batch(tokens, k, tc.batch_size, tc.seq_len))
 
-    def chunk(params, opt_state, rng_S, data_key_S, step0):
+    def chunk(params, opt_state, rng_S, data_key_S, step0, tokens):
+        draw = jax.vmap(lambda k: sample_batch(tokens, k, tc.batch_size, tc.seq_len))
+
         def body(carry, i):
             p, o = carry
             step = step0 + i
@@ -111,7 +114,7 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
     rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
     data_S = jnp.stack([jax.random.PRNGKey(1000 + s) for s in seeds])
     tokens = jnp.asarray(corpus.train)
-    chunk = make_chunk(static, optimizer, tc, tokens, args.chunk)
+    chunk = make_chunk(static, optimizer, tc, args.chunk)
     eval_fn = jax.jit(jax.vmap(make_eval_step(static, tc), in_axes=(0, None)))
     valid_head = corpus.valid[: args.valid_tokens + 1]
     tok_per_step = args.batch * args.seq
@@ -120,7 +123,8 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
     start, history, losses, compile_s = time.perf_counter(), [], [], None
     for step0 in range(0, steps, args.chunk):
         t = time.perf_counter()
-        params, opt_state, loss = chunk(params, opt_state, rng_S, data_S, jnp.int32(step0))
+        params, opt_state, loss = chunk(params, opt_state, rng_S, data_S, jnp.int32(step0),
+                                        tokens)
         loss = np.asarray(loss)  # waits for the chunk
         if compile_s is None:
             compile_s = time.perf_counter() - t

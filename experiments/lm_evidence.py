@@ -21,7 +21,7 @@ log2(width), seed-clustered 95 % CI; decision rule in the design document.
 
 **Command.** ``dca-theory run lm_evidence`` (full; trains into / reads
 ``experiments/results/lm_runs``, so it can be stopped and restarted: finished runs are kept)
-or ``dca-theory run lm_evidence --quick`` (widths 8 and 16, depth 2, 2 seeds, 20 steps, the
+or ``dca-theory run lm_evidence --quick`` (widths 8 and 16, depth 1, 2 seeds, 20 steps, the
 byte corpus as the only secondary; cache ``runs/lm_runs``). ``main(only_cached=True)``
 summarises the runs already cached and lists the missing ones. Figure:
 ``figures/fig_lm_evidence.py``.

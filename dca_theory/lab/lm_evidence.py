@@ -104,8 +104,8 @@ class EvidenceSettings(LMGridSettings):
 
     @classmethod
     def preset(cls, quick: bool) -> EvidenceSettings:
-        if quick:  # seconds per run: two tiny widths, two seeds, the byte corpus only
-            return cls(seeds=(0, 1), train=QUICK_TRAIN, widths=(8, 16), depth=2, n_heads=2,
+        if quick:  # seconds per run: two tiny widths, one layer, two seeds, bytes only
+            return cls(seeds=(0, 1), train=QUICK_TRAIN, widths=(8, 16), depth=1, n_heads=2,
                        mlp_ratio=2, lr_grid=(3e-3, 6e-3), sweep_steps=10, sweep_seeds=(0,),
                        secondary_width=16, secondary_data=("python-stdlib",),
                        secondary_arms=("vanilla", "dca"))

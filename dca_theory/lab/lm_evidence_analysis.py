@@ -131,6 +131,11 @@ def equal_time(curves: dict[tuple[str, int], dict], arm: str, base: str) -> dict
             continue
         a, b = curves[(base, w)], curves[(arm, w)]
         ta, tb = cumulative_eval_times(a), cumulative_eval_times(b)
+        if min(ta[-1], tb[-1]) < max(ta[0], tb[0]):  # one run ended before the other's 1st eval
+            out[str(w)] = {"time_s": None, "D_per_seed": None, "D_mean": None,
+                           "time_ratio": float(tb[-1] / ta[-1]),
+                           "reason": "the curves do not overlap in time"}
+            continue
         per_seed = [st.gap_at_equal_time(ta, a["eval_valid_loss"][:, i], tb,
                                          b["eval_valid_loss"][:, i])
                     for i in range(a["eval_valid_loss"].shape[1])]

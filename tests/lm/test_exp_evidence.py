@@ -112,3 +112,12 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert primary["power_law"]["fit"] is None or primary["power_law"]["fit"]["n_points"] == 4
     paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+def test_equal_time_without_overlap_is_none_not_an_error():
+    curves = {("vanilla", 8): {"step_time": np.array([1.0, 1.0]), "eval_steps": np.array([1, 2]),
+                               "eval_valid_loss": np.array([[2.0], [1.5]])},
+              ("dca", 8): {"step_time": np.array([5.0, 5.0]), "eval_steps": np.array([1, 2]),
+                           "eval_valid_loss": np.array([[1.9], [1.4]])}}
+    eq = A.equal_time(curves, "dca", "vanilla")["8"]
+    assert eq["D_mean"] is None and eq["time_ratio"] == pytest.approx(5.0)
