@@ -26,9 +26,10 @@ byte corpus as the only secondary; cache ``runs/lm_runs``). ``main(only_cached=T
 summarises the runs already cached and lists the missing ones. Figure:
 ``figures/fig_lm_evidence.py``.
 
-**Runtime.** Full: about 21 CPU-hours on this 2-core machine under the load measured on
-2026-12-01 (``benchmarks/lm_evidence_throughput.py``; the design document has the table);
-quick: under 2 minutes.
+**Runtime** (estimates from measured throughput; the design document has the tables): the
+sweep and the primary grid about 14 CPU-hours on a quiet 2-core machine (about 34 under the
+load average of 8-12 measured on 2026-12-01), the two secondary corpora about 13 more. Quick:
+about 2 CPU-minutes of compilation-dominated work.
 
 **Expected result.** Not known before the runs (that is the point): the design document states
 the three outcomes and what each means.
