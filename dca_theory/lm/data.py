@@ -1,6 +1,6 @@
 r"""Language-modelling corpora, tokenizers and deterministic batching.
 
-Three sources of real text, each a :class:`Corpus` of three integer token streams
+Sources of real text, each a :class:`Corpus` of three integer token streams
 (train / valid / test) plus the :class:`Tokenizer` that produced them:
 
 * ``"ptb"``: Penn Treebank, Mikolov split, word level. Tokens are whitespace-separated words
@@ -9,8 +9,21 @@ Three sources of real text, each a :class:`Corpus` of three integer token stream
 * ``"shakespeare"``: Tiny Shakespeare, character level (65 symbols, vocabulary from the whole
   file). The last 10 % of characters are held out: the first 5 % of that tail is the
   validation split, the last 5 % the test split.
-* ``"ptb-char"``, ``"python-stdlib"`` (bytes) and ``"python-stdlib-bpe"``: the evidence
-  experiment's corpora, loaded by :mod:`dca_theory.lm.corpora` (its docstring says how).
+* ``"ptb-char"`` (issue 16): the three PTB files read as characters (newlines included, so a
+  line end is one symbol as ``<eos>`` is one word). The vocabulary is the 50 characters of the
+  training file, sorted; a character of the validation or test file outside it is an error
+  naming the file, not an unknown symbol (the shipped files have none, which the tests check),
+  so the scored text is exactly the files' text.
+* ``"python-stdlib"``: the CPython standard library's decompressed sources by **byte** (256
+  symbols). Code mixes ASCII with rare non-ASCII characters (the test suite's Unicode tables);
+  a character vocabulary would hold thousands of symbols seen a handful of times, whose
+  embeddings never train, and would need a rule for unseen ones. Bytes need neither, are
+  lossless, and make the token counts the README's decompressed sizes.
+* ``"python-stdlib-bpe"``: the same text through a byte-level BPE of ``bpe_vocab_size``
+  symbols trained on the first :data:`BPE_TRAIN_CHARS` characters of the training split (all
+  28M take minutes; the prefix gives the same frequent merges). The tokenizer and the encoded
+  splits are cached (:func:`dca_theory.lm.corpus_files.cache_dir`) under a name holding the
+  vocabulary size and the training file's checksum: a second load neither trains nor encodes.
 * a path to any UTF-8 text file: a byte-level BPE tokenizer (Hugging Face ``tokenizers``) is
   trained on the first 90 % of the file and saved with the run; valid / test are split as for
   Tiny Shakespeare.
@@ -35,13 +48,22 @@ from pathlib import Path
 
 import numpy as np
 
+from dca_theory.lm.corpus_files import (
+    SPLITS,
+    cache_dir,
+    load_cached_ids,
+    read_xz_bytes,
+    save_cached_ids,
+)
 from dca_theory.paths import data_dir as resolve_data_dir
 
-#: loaded by dca_theory.lm.corpora
+#: the evidence experiment's corpora (issue 16)
 EVIDENCE_CORPORA: tuple[str, ...] = ("ptb-char", "python-stdlib", "python-stdlib-bpe")
 KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare", *EVIDENCE_CORPORA)
 EOS, UNK = "<eos>", "<unk>"
 PTB_VOCAB_SIZE = 10_000
+BPE_TRAIN_CHARS = 4_000_000
+STDLIB_DIR = "python-stdlib"
 
 # sha256 of every file we read; a mismatch means a different (or corrupted) corpus.
 SHA256: dict[str, str] = {
@@ -237,6 +259,45 @@ def load_shakespeare(root: Path) -> Corpus:
     return Corpus("shakespeare", tok, ids[:a], ids[a:b], ids[b:])
 
 
+def load_ptb_char(root: Path) -> Corpus:
+    texts = {s: read_text(root / "ptb" / f"ptb.{s}.txt",
+                          expected_sha256=SHA256[f"ptb/ptb.{s}.txt"]) for s in SPLITS}
+    tok = Tokenizer(kind="char", vocab=tuple(sorted(set(texts["train"]))))
+    for s, text in texts.items():
+        unknown = sorted(set(text) - set(tok.vocab))
+        if unknown:
+            raise ValueError(f"ptb/ptb.{s}.txt holds characters {unknown!r} that are not in "
+                             f"the {len(tok.vocab)}-character vocabulary of ptb/ptb.train.txt")
+    return Corpus("ptb-char", tok, *(tok.encode(texts[s]) for s in SPLITS))
+
+
+def _stdlib_bytes(root: Path) -> dict[str, bytes]:
+    return {s: read_xz_bytes(root / STDLIB_DIR / f"{s}.txt.xz",
+                             expected_sha256=SHA256[f"{STDLIB_DIR}/{s}.txt.xz"]) for s in SPLITS}
+
+
+def load_stdlib_bytes(root: Path) -> Corpus:
+    ids = {s: np.frombuffer(b, dtype=np.uint8).astype(np.int32)
+           for s, b in _stdlib_bytes(root).items()}
+    return Corpus("python-stdlib", Tokenizer(kind="byte"), *(ids[s] for s in SPLITS))
+
+
+def load_stdlib_bpe(root: Path, vocab_size: int) -> Corpus:
+    """Byte-level BPE over the standard library: trained once, then read from the cache."""
+    folder = cache_dir() / (f"python-stdlib-bpe{vocab_size}-"
+                            f"{SHA256[f'{STDLIB_DIR}/train.txt.xz'][:12]}")
+    ids = load_cached_ids(folder)
+    if ids is not None and (folder / "tokenizer.json").is_file():
+        tok = Tokenizer.load(folder / "tokenizer.json")
+    else:
+        texts = {s: b.decode("utf-8") for s, b in _stdlib_bytes(root).items()}
+        tok = train_bpe(texts["train"][:BPE_TRAIN_CHARS], vocab_size)
+        ids = {s: tok.encode(t) for s, t in texts.items()}
+        save_cached_ids(folder, ids)
+        tok.save(folder / "tokenizer.json")
+    return Corpus("python-stdlib-bpe", tok, *(ids[s] for s in SPLITS))
+
+
 def load_text_file(path: Path, *, bpe_vocab_size: int,
                    tokenizer: Tokenizer | None = None) -> Corpus:
     """Any UTF-8 file through byte-level BPE; ``tokenizer`` reuses a saved one (resuming)."""
@@ -252,10 +313,12 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size
     """``name`` is one of :data:`KNOWN_CORPORA` or a path to a UTF-8 text file."""
     if name in KNOWN_CORPORA:
         root = resolve_data_dir(data_dir)
-        if name in EVIDENCE_CORPORA:
-            from dca_theory.lm import corpora
-
-            return corpora.load(name, root, bpe_vocab_size=bpe_vocab_size)
+        if name == "ptb-char":
+            return load_ptb_char(root)
+        if name == "python-stdlib":
+            return load_stdlib_bytes(root)
+        if name == "python-stdlib-bpe":
+            return load_stdlib_bpe(root, bpe_vocab_size)
         return load_ptb(root) if name == "ptb" else load_shakespeare(root)
     path = Path(name)
     if path.is_file() or path.suffix or path.parent != Path("."):

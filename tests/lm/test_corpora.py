@@ -1,5 +1,6 @@
-"""The evidence experiment's corpora (``dca_theory.lm.corpora``): PTB by character, the CPython
-standard library by byte and by byte-level BPE."""
+"""The evidence experiment's corpora (``dca_theory.lm.data`` with the files of
+``dca_theory.lm.corpus_files``): PTB by character, the CPython standard library by byte and by
+byte-level BPE."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from dca_theory.lm import corpora
+from dca_theory.lm import corpus_files
 from dca_theory.lm import data as lm_data
 
 
@@ -45,17 +46,17 @@ def test_python_stdlib_is_byte_level_with_the_readme_sizes(data_dir):
 
 
 def _fake_stdlib(root, texts: dict[str, str], monkeypatch) -> None:
-    folder = root / corpora.STDLIB_DIR
+    folder = root / lm_data.STDLIB_DIR
     folder.mkdir(parents=True)
     for split, text in texts.items():
         raw = text.encode("utf-8")
         (folder / f"{split}.txt.xz").write_bytes(lzma.compress(raw))
-        monkeypatch.setitem(lm_data.SHA256, f"{corpora.STDLIB_DIR}/{split}.txt.xz",
+        monkeypatch.setitem(lm_data.SHA256, f"{lm_data.STDLIB_DIR}/{split}.txt.xz",
                             hashlib.sha256(raw).hexdigest())
 
 
 def test_stdlib_bad_checksum_names_the_file(tmp_path, monkeypatch):
-    _fake_stdlib(tmp_path, {s: f"x = {s!r}\n" for s in corpora.SPLITS}, monkeypatch)
+    _fake_stdlib(tmp_path, {s: f"x = {s!r}\n" for s in corpus_files.SPLITS}, monkeypatch)
     monkeypatch.setitem(lm_data.SHA256, "python-stdlib/valid.txt.xz", "0" * 64)
     with pytest.raises(ValueError, match=r"checksum mismatch for .*python-stdlib/valid\.txt\.xz "
                                          r"\(decompressed\): expected sha256 0{64}, got "
@@ -71,14 +72,14 @@ def test_stdlib_missing_file_says_where_it_looked(tmp_path):
 
 
 def test_stdlib_corrupt_xz_is_a_one_line_error(tmp_path, monkeypatch):
-    _fake_stdlib(tmp_path, {s: "pass\n" for s in corpora.SPLITS}, monkeypatch)
+    _fake_stdlib(tmp_path, {s: "pass\n" for s in corpus_files.SPLITS}, monkeypatch)
     (tmp_path / "python-stdlib" / "train.txt.xz").write_bytes(b"not xz at all")
     with pytest.raises(ValueError, match=r"train\.txt\.xz is not a valid xz file"):
         lm_data.load_corpus("python-stdlib", tmp_path)
 
 
 def test_stdlib_bpe_round_trips_and_is_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv(corpora.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(corpus_files.CACHE_ENV, str(tmp_path / "cache"))
     code = "".join(f"def f{i}(x):\n    return x * {i}  # café ✓\n" for i in range(300))
     texts = {"train": code, "valid": code[:500], "test": code[-400:]}
     _fake_stdlib(tmp_path / "data", texts, monkeypatch)
@@ -87,7 +88,7 @@ def test_stdlib_bpe_round_trips_and_is_cached(tmp_path, monkeypatch):
     for split, text in texts.items():  # byte-level BPE is lossless
         assert c.tokenizer.decode(c.split(split)) == text
     # the second load reads the cache: neither trains nor encodes
-    monkeypatch.setattr(corpora, "train_bpe", lambda *a: pytest.fail("retrained"))
+    monkeypatch.setattr(lm_data, "train_bpe", lambda *a: pytest.fail("retrained"))
     again = lm_data.load_corpus("python-stdlib-bpe", tmp_path / "data", bpe_vocab_size=300)
     np.testing.assert_array_equal(again.train, c.train)
     assert list((tmp_path / "cache").iterdir())[0].name.startswith("python-stdlib-bpe300-")
