@@ -74,7 +74,10 @@ class EvidenceSettings(LMGridSettings):
         super().__post_init__()
         _positive("widths", self.widths)
         _positive("lr_grid", self.lr_grid)
-        _positive("sweep_seeds", tuple(s + 1 for s in self.sweep_seeds))
+        if (not self.sweep_seeds or min(self.sweep_seeds) < 0
+                or len(set(self.sweep_seeds)) != len(self.sweep_seeds)):
+            raise ValueError(f"sweep_seeds must be distinct integers >= 0, got "
+                             f"{','.join(map(str, self.sweep_seeds)) or 'none'}")
         if self.depth < 1 or self.n_heads < 1 or self.mlp_ratio < 1 or self.sweep_steps < 1:
             raise ValueError(f"depth, n_heads, mlp_ratio and sweep_steps must be >= 1, got "
                              f"{self.depth}, {self.n_heads}, {self.mlp_ratio}, "
@@ -92,8 +95,9 @@ class EvidenceSettings(LMGridSettings):
         if self.lr_by_width and len(self.lr_by_width) != len(self.widths):
             raise ValueError(f"lr_by_width needs one rate per width ({len(self.widths)}), got "
                              f"{len(self.lr_by_width)}")
-        if self.lr_by_width:
-            _positive("lr_by_width", set(self.lr_by_width))
+        if any(not lr > 0 for lr in self.lr_by_width):
+            raise ValueError(f"lr_by_width must be rates > 0, got "
+                             f"{','.join(map(str, self.lr_by_width))}")
         for data in self.secondary_data:
             if data not in SECONDARY_DATA:
                 raise ValueError(f"unknown secondary dataset {data!r}; valid: "

@@ -37,6 +37,8 @@ def test_full_grid_arms_widths_budget_and_matched_arm():
     ("lr_by_width=1e-3", "lr_by_width needs one rate per width (2), got 1"),
     ("secondary_width=32", "secondary_width 32 must be one of widths 8,16"),
     ("widths=8,15", "width 15 is not divisible by n_heads=2"),
+    ("sweep_seeds=0,0", "sweep_seeds must be distinct integers >= 0, got 0,0"),
+    ("lr_by_width=1e-3,0", "lr_by_width must be rates > 0, got 0.001,0.0"),
 ])
 def test_bad_settings_are_one_line_errors(item, message, capsys):
     assert cli_main(["run", "lm_evidence", "--quick", "--set", item, "--show"]) == 2
