@@ -77,10 +77,11 @@ def _add_train(sub) -> None:
                    help="residual scheme (default: vanilla)")
     p.add_argument("--k", type=int, default=None, help="k-DCA window (only with --residual "
                    "dca; default: full DCA)")
-    p.add_argument("--data", default=None, help="'ptb', 'shakespeare' or a path to a UTF-8 text "
+    p.add_argument("--data", default=None, help="'ptb', 'shakespeare', 'ptb-char', "
+                   "'python-stdlib' (bytes), 'python-stdlib-bpe' or a path to a UTF-8 text "
                    "file (byte-level BPE); default ptb")
-    p.add_argument("--data-dir", default=None, help="folder holding ptb/ and tinyshakespeare/ "
-                   "(default: $DCA_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="folder holding ptb/, tinyshakespeare/ and "
+                   "python-stdlib/ (default: $DCA_DATA_DIR)")
     p.add_argument("--workdir", default=None, help="run directory; resumes if it holds a run "
                    "(default: runs/lm-PRESET-RESIDUAL[-kK]-DATA)")
     for flag, _, typ, text in _TRAIN_FLAGS + _MODEL_FLAGS:
