@@ -19,6 +19,8 @@ next older one, saying which one it skipped and why. Nothing here deletes a dama
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,14 +67,15 @@ class Checkpointer:
         for candidate in [step] if step is not None else available[::-1]:
             try:
                 state, meta = self.restore(template, candidate)
+                return candidate, state, meta
             except Exception as err:  # orbax / TensorStore / JSON errors of a damaged folder
-                if step is not None:
-                    raise ValueError(f"checkpoint step {step} in {self.directory} does not "
-                                     f"restore: {damage_reason(err)}") from None
-                notify(f"skipping checkpoint step {candidate} in {self.directory}: it does not "
-                       f"restore ({damage_reason(err)}); kept on disk, trying an older one")
-                continue
-            return candidate, state, meta
+                reason = damage_reason(err)
+            _collect_abandoned_reads()
+            if step is not None:
+                raise ValueError(f"checkpoint step {step} in {self.directory} does not restore: "
+                                 f"{reason}")
+            notify(f"skipping checkpoint step {candidate} in {self.directory}: it does not "
+                   f"restore ({reason}); kept on disk, trying an older one")
         if available:
             raise ValueError(f"no checkpoint in {self.directory} restores cleanly (steps "
                              f"{', '.join(map(str, available))}); they are kept on disk")
@@ -103,6 +106,18 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _collect_abandoned_reads() -> None:
+    """A failed restore leaves orbax's other pending array reads (coroutines) behind; collect
+    them now with their "Event loop is closed" complaints silenced, so that the one line naming
+    the damaged checkpoint is all a user sees."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def damage_reason(err: BaseException) -> str:
