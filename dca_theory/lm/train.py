@@ -74,10 +74,10 @@ def load_configs(workdir: str | Path) -> tuple[ModelConfig, LMTrainConfig]:
 def _load_corpus(train_cfg: LMTrainConfig, workdir: Path | None,
                  init_from: Path | None = None) -> lm_data.Corpus:
     """The corpus, tokenised with the run's saved tokenizer when resuming (``workdir``)."""
-    tok_path = workdir / "tokenizer.json" if workdir is not None else Path("/nonexistent")
-    if not tok_path.is_file() and init_from is not None:
+    tok_path = workdir / "tokenizer.json" if workdir is not None else None
+    if (tok_path is None or not tok_path.is_file()) and init_from is not None:
         tok_path = init_from / "tokenizer.json"  # a retrofitted model keeps its vocabulary
-    saved = lm_data.Tokenizer.load(tok_path) if tok_path.is_file() else None
+    saved = lm_data.Tokenizer.load(tok_path) if tok_path and tok_path.is_file() else None
     return lm_data.load_corpus(train_cfg.data, train_cfg.data_dir,
                                bpe_vocab_size=train_cfg.bpe_vocab_size, tokenizer=saved)
 
@@ -126,13 +126,13 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     init_from = Path(init_from) if init_from is not None else None
     resuming = run_files.holds_run(workdir)
     fingerprint = run_files.corpus_fingerprint(train_cfg.data)
-    if resuming:  # before the corpus is tokenised: a changed setting fails at once
+    if resuming:  # before the corpus is tokenised (the data, hence the saved tokenizer, set
+        # vocab_size): a changed setting fails at once
         run_files.check_resume_compatible(workdir, model_cfg.replace(
             vocab_size=load_configs(workdir)[0].vocab_size), train_cfg, fingerprint)
     corpus = _load_corpus(train_cfg, workdir if resuming else None, init_from)
     model_cfg, seq_len = resolve_configs(model_cfg, train_cfg, corpus)
     if resuming:
-        run_files.check_resume_compatible(workdir, model_cfg, train_cfg, fingerprint)
         done = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
         if done and max(done) > train_cfg.steps:
             raise ValueError(f"workdir {workdir} already holds a checkpoint at step {max(done)}"
