@@ -95,6 +95,8 @@ def sha256_of(path: Path) -> str:
 def read_text(path: Path, *, expected_sha256: str | None = None) -> str:
     """Read a UTF-8 file; one-line errors for missing, wrong-checksum, empty, non-UTF-8 files."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"corpus file {path} is a directory, not a text file")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} not found (looked in {path.parent})")
     if expected_sha256 is not None:
@@ -181,7 +183,11 @@ class Tokenizer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {path} not found")
-        d = json.loads(path.read_text(encoding="utf-8"))
+        from dca_theory.io import read_json
+
+        d = read_json(path)
+        if not isinstance(d, dict) or not {"kind", "vocab", "spec"} <= d.keys():
+            raise ValueError(f"{path}: expected an object with keys kind, vocab, spec")
         return cls(kind=d["kind"], vocab=tuple(d["vocab"]), spec=d["spec"])
 
 
@@ -321,7 +327,9 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size
             return load_stdlib_bpe(root, bpe_vocab_size)
         return load_ptb(root) if name == "ptb" else load_shakespeare(root)
     path = Path(name)
-    if path.is_file() or path.suffix or path.parent != Path("."):
+    if path.is_file() or path.is_dir() or path.suffix or path.parent != Path("."):
+        if path.is_dir():
+            raise ValueError(f"text corpus {path} is a directory; give a UTF-8 text file")
         if not path.is_file():
             raise FileNotFoundError(f"text corpus {path} not found (looked in "
                                     f"{path.resolve().parent})")
@@ -335,11 +343,16 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size
 
 def check_seq_len(corpus: Corpus, seq_len: int) -> None:
     """Every split must hold at least one window of ``seq_len + 1`` tokens."""
-    for split in ("train", "valid", "test"):
-        n = len(corpus.split(split))
-        if n < seq_len + 1:
-            raise ValueError(f"seq_len {seq_len} is longer than the {split} split of "
-                             f"{corpus.name} ({n} tokens); use seq_len <= {n - 1}")
+    sizes = {split: len(corpus.split(split)) for split in ("train", "valid", "test")}
+    split = min(sizes, key=sizes.get)
+    n = sizes[split]
+    if n < 2:
+        raise ValueError(f"the {split} split of {corpus.name} has {n} token(s); every split "
+                         "needs at least 2 (valid and test are each 5 % of a text file): use a "
+                         "longer corpus")
+    if n < seq_len + 1:
+        raise ValueError(f"seq_len {seq_len} is longer than the {split} split of "
+                         f"{corpus.name} ({n} tokens); use seq_len <= {n - 1}")
 
 
 def train_batch(tokens: np.ndarray, *, seq_len: int, batch_size: int, seed: int,

@@ -40,8 +40,8 @@ def generate(model, prompt: Sequence[int], n_tokens: int, *, max_len: int, key,
         raise ValueError("the prompt encodes to zero tokens; give a non-empty --prompt")
     if n_tokens < 0:
         raise ValueError(f"number of tokens must be >= 0, got {n_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not temperature >= 0 or temperature == float("inf"):  # also refuses nan
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     next_token = _next_token_fn(model, float(temperature), top_k)
