@@ -94,6 +94,9 @@ class ModelConfig:
                     f"{' or '.join(map(repr, schemes.names(lm=True, takes_k=True)))}, "
                     f"got residual={self.residual!r}"
                 )
+        if self.residual == "mhc" and self.hc_expansion < 2:
+            raise ValueError(f"residual='mhc' needs hc_expansion >= 2 (one stream has nothing "
+                             f"to mix), got {self.hc_expansion}")
         for name in ("param_dtype", "compute_dtype"):
             value = getattr(self, name)
             if value not in DTYPES and not (name == "compute_dtype" and value is None):
