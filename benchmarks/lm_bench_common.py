@@ -3,10 +3,12 @@
 A *variant* is one residual scheme of the LM zoo at a given width and depth: ``vanilla`` (pre-LN
 transformer), ``dca`` (full DCA, paper §3.2) and ``2-dca`` (k-DCA with k = 2, paper §3.1/§5,
 Table 1), and the rivals ``attn_res``, ``mhc``, ``muddformer``, ``value_residual``
-(:mod:`dca_theory.lm.rivals`, :mod:`dca_theory.lm.mhc`). The train step is the project's own (``dca_theory.lm.steps.make_train_step``: forward,
-backward, AdamW update), jitted. (No buffer donation: the DCA retrofit shares LayerNorm weights
-between LN_1 and LN_q/LN_k/LN_v, so one buffer appears several times in the parameters.) Dropout is 0 by default so that random-number generation (identical work for every
-variant) does not dilute the ratios; pass ``dropout`` to change that.
+(:mod:`dca_theory.lm.rivals`, :mod:`dca_theory.lm.mhc`). The train step is the project's own
+(``dca_theory.lm.steps.make_train_step``: forward, backward, AdamW update), jitted. (No buffer
+donation: the DCA retrofit shares LayerNorm weights between LN_1 and LN_q/LN_k/LN_v, so one
+buffer appears several times in the parameters.) Dropout is 0 by default so that random-number
+generation (identical work for every variant) does not dilute the ratios; pass ``dropout`` to
+change that.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ import jax
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     DEFAULT_VARIANTS,
-    RIVAL_VARIANTS,
     PAPER_MEMORY_RATIO,
+    RIVAL_VARIANTS,
     VARIANTS,
     check_positive,
     emit,

@@ -2,8 +2,8 @@
 
 For each depth, the variants (by default vanilla, DCA, 2-DCA and the rivals Attention
 Residuals, mHC, MUDDFormer and value residuals; same width, heads = width/64, MLP 4×width,
-sequence 128, synthetic tokens) are built, their train steps (``dca_theory.lm.steps.make_train_step``:
-forward, backward, AdamW) are jitted and warmed up, and
+sequence 128, synthetic tokens) are built, their train steps
+(``dca_theory.lm.steps.make_train_step``: forward, backward, AdamW) are jitted and warmed up, and
 then timed *alternately* in the same process: each repeat times one step of every variant, in
 a rotating order, so that a change of machine load hits all variants alike. The figure is the
 median over repeats; the ratio is median(variant) / median(vanilla). Paper (Table 1, 24 layers,
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     DEFAULT_VARIANTS,
-    RIVAL_VARIANTS,
     PAPER_STEP_TIME_RATIO,
+    RIVAL_VARIANTS,
     VARIANTS,
     check_positive,
     emit,

@@ -70,7 +70,6 @@ from dca_theory.lm.blocks import (
     PreLNBlock,
     dropout,
     dtype_of,
-    last_axis,
     split_or_none,
     xavier_uniform,
 )
@@ -93,7 +92,8 @@ def _rms_normalise(x: Array, eps: float) -> Array:
 
 
 class DepthAttention(eqx.Module):
-    """One Full-AttnRes aggregation: ``Σ_i softmax_i(w · RMSNorm(v_i)) v_i`` over depth."""
+    """One Full-AttnRes aggregation: ``Σ_i softmax_i(w · RMSNorm(v_i)) v_i`` over depth, with
+    ``RMSNorm(v) = g ⊙ v / rms(v)``."""
 
     query_D: Float[Array, " D"]  # the pseudo-query w_l
     norm_scale_D: Float[Array, " D"]  # RMSNorm_l's scale g_l
@@ -105,13 +105,19 @@ class DepthAttention(eqx.Module):
         return cls(query_D=jnp.zeros((d,), dtype), norm_scale_D=jnp.ones((d,), dtype),
                    eps=cfg.ln_eps)
 
-    def __call__(self, v_SxLxD: Float[Array, "S L D"]) -> Float[Array, "L D"]:
-        k_SxLxD = _rms_normalise(v_SxLxD, self.eps)
-        acc = k_SxLxD.dtype
-        k_SxLxD = k_SxLxD * last_axis(self.norm_scale_D.astype(acc), k_SxLxD)
-        alpha_SxL = jax.nn.softmax(k_SxLxD @ self.query_D.astype(acc), axis=0)
-        h_LxD = jnp.einsum("sl,sld->ld", alpha_SxL, v_SxLxD.astype(acc))
-        return h_LxD.astype(v_SxLxD.dtype)
+    def __call__(self, sources: tuple[Array, ...], normed: tuple[Array, ...]
+                 ) -> Float[Array, "L D"]:
+        """``sources`` are the ``v_i`` (``L×D`` each), ``normed`` their ``v_i / rms(v_i)``.
+
+        Why not one stacked ``S×L×D`` array: every sublayer would stack (and autodiff keep) a
+        copy of all earlier outputs, quadratic in depth. ``(g ⊙ v̂_i) · w = v̂_i · (g ⊙ w)``
+        needs one matrix-vector product per source, and the weighted sum keeps only ``α``.
+        """
+        acc = normed[0].dtype
+        q_D = self.norm_scale_D.astype(acc) * self.query_D.astype(acc)
+        alpha_SxL = jax.nn.softmax(jnp.stack([k_LxD @ q_D for k_LxD in normed]), axis=0)
+        h_LxD = sum(a_L[:, None] * v_LxD.astype(acc) for a_L, v_LxD in zip(alpha_SxL, sources))
+        return h_LxD.astype(sources[0].dtype)
 
 
 class AttnResTrunk(AbstractTrunk):
@@ -128,19 +134,24 @@ class AttnResTrunk(AbstractTrunk):
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
-        sources = [x_LxD]
+        sources, normed = [x_LxD], [_rms_normalise(x_LxD, self.cfg.ln_eps)]
+
+        def add(v_LxD):
+            sources.append(v_LxD)
+            normed.append(_rms_normalise(v_LxD, self.cfg.ln_eps))
+
         for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
             k_att, k_drop, k_mlp = split_or_none(k, 3)
-            in_LxD = self.mixers[2 * t](jnp.stack(sources))
+            in_LxD = self.mixers[2 * t](tuple(sources), tuple(normed))
             xn_LxD = blk.ln1(in_LxD)
             a_LxD = blk.attn(xn_LxD, xn_LxD, xn_LxD, causal=causal, key=k_att)
-            sources.append(dropout(a_LxD, blk.rate, k_drop).astype(x_LxD.dtype))
-            mid_LxD = self.mixers[2 * t + 1](jnp.stack(sources))
-            sources.append(blk.mlp(blk.ln2(mid_LxD), key=k_mlp).astype(x_LxD.dtype))
+            add(dropout(a_LxD, blk.rate, k_drop).astype(x_LxD.dtype))
+            mid_LxD = self.mixers[2 * t + 1](tuple(sources), tuple(normed))
+            add(blk.mlp(blk.ln2(mid_LxD), key=k_mlp).astype(x_LxD.dtype))
             if collect:
                 states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": sources[-2] + sources[-1],
                            f"stream_{t}": sum(sources[1:], sources[0])}
-        h_LxD = self.mixers[-1](jnp.stack(sources))
+        h_LxD = self.mixers[-1](tuple(sources), tuple(normed))
         if collect:
             states["final"] = h_LxD
         return h_LxD, states
