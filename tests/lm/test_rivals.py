@@ -97,7 +97,7 @@ def test_mhc_mixing_is_doubly_stochastic(dtype, row_tol, col_tol, getkey):
                                  model.trunk.mhcs[1])
     h = jax.random.normal(getkey(), (L, TINY.hc_expansion, TINY.d_model), jnp.float32)
     _, _, res = eqx.filter_jit(mhc.weights)(h.astype(dt))
-    for m in (sinkhorn(z), res):
+    for m in (jax.jit(sinkhorn)(z), res):
         assert m.dtype == dt
         m = np.asarray(m.astype(jnp.float32))
         assert np.all(m >= 0)
