@@ -2,10 +2,13 @@
 
 A *variant* is one residual scheme of the LM zoo at a given width and depth: ``vanilla`` (pre-LN
 transformer), ``dca`` (full DCA, paper §3.2) and ``2-dca`` (k-DCA with k = 2, paper §3.1/§5,
-Table 1). The train step is the project's own (``dca_theory.lm.steps.make_train_step``: forward,
-backward, AdamW update), jitted. (No buffer donation: the DCA retrofit shares LayerNorm weights
-between LN_1 and LN_q/LN_k/LN_v, so one buffer appears several times in the parameters.) Dropout is 0 by default so that random-number generation (identical work for every
-variant) does not dilute the ratios; pass ``dropout`` to change that.
+Table 1), and the rivals ``attn_res``, ``mhc``, ``muddformer``, ``value_residual``
+(:mod:`dca_theory.lm.rivals`, :mod:`dca_theory.lm.mhc`). The train step is the project's own
+(``dca_theory.lm.steps.make_train_step``: forward, backward, AdamW update), jitted. (No buffer
+donation: the DCA retrofit shares LayerNorm weights between LN_1 and LN_q/LN_k/LN_v, so one
+buffer appears several times in the parameters.) Dropout is 0 by default so that random-number
+generation (identical work for every variant) does not dilute the ratios; pass ``dropout`` to
+change that.
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "2-dca": ("dca", 2, "fused"),
     "dca-ref": ("dca", None, "reference"),
     "2-dca-ref": ("dca", 2, "reference"),
+    "attn_res": ("attn_res", None, "fused"),
+    "mhc": ("mhc", None, "fused"),
+    "muddformer": ("muddformer", None, "fused"),
+    "value_residual": ("value_residual", None, "fused"),
 }
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
+# Today's comparison set beside DCA (issue 15): Attention Residuals, mHC, MUDDFormer, ResFormer.
+# The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.
+RIVAL_VARIANTS: tuple[str, ...] = ("attn_res", "mhc", "muddformer", "value_residual")
 
 # Paper, Table 1 (24 layers, LM1B, TPU): training speed in batches/s.
 PAPER_BATCHES_PER_S = {"vanilla": 8.14, "2-dca": 5.39, "dca": 3.72}

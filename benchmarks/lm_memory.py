@@ -17,7 +17,9 @@ Usage::
     python benchmarks/lm_memory.py --depths 6 24 --width 256 \
         --json benchmarks/results/lm_memory_w256.json
 
-Runtime: compilation only, about a minute per (variant, depth) on a loaded 2-core CPU.
+Variants: by default vanilla, DCA, 2-DCA and the rivals (``attn_res``, ``mhc``, ``muddformer``,
+``value_residual``); ``--variants`` picks others. Runtime: compilation only, about a minute per
+(variant, depth) on a loaded 2-core CPU.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     DEFAULT_VARIANTS,
     PAPER_MEMORY_RATIO,
+    RIVAL_VARIANTS,
     VARIANTS,
     check_positive,
     emit,
@@ -89,7 +92,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS),
+    p.add_argument("--variants", nargs="+", default=[*DEFAULT_VARIANTS, *RIVAL_VARIANTS],
                    choices=list(VARIANTS))
     p.add_argument("--skip-train", action="store_true", help="inference memory only")
     p.add_argument("--json", default=None)
@@ -114,7 +117,7 @@ def main(argv=None) -> dict:
 
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab} "
           f"(MiB; ratios to vanilla at the same depth)")
-    print(f"{'depth':>5s} {'variant':8s} {'train peak':>11s} {'ratio':>6s} {'train temp':>11s} "
+    print(f"{'depth':>5s} {'variant':14s} {'train peak':>11s} {'ratio':>6s} {'train temp':>11s} "
           f"{'infer temp':>11s} {'ratio':>6s} {'trunk temp':>11s}")
     for depth in args.depths:
         base = f"vanilla@{depth}"
@@ -129,7 +132,7 @@ def main(argv=None) -> dict:
             tr_peak = f"{tr['peak'] / MIB:11.1f}" if tr else f"{'-':>11s}"
             tr_temp = f"{tr['temp'] / MIB:11.1f}" if tr else f"{'-':>11s}"
             trunk = record["inference_trunk"][key]["temp"]
-            print(f"{depth:5d} {v:8s} {tr_peak} {tr_ratio:6.3f} {tr_temp} "
+            print(f"{depth:5d} {v:14s} {tr_peak} {tr_ratio:6.3f} {tr_temp} "
                   f"{inf / MIB:11.2f} {inf_ratio:6.3f} {trunk / MIB:11.2f}")
     if len(args.depths) >= 2:
         d0, d1 = min(args.depths), max(args.depths)

@@ -1,8 +1,9 @@
-"""Train-step time of the LM: vanilla vs full DCA vs 2-DCA, as ratios to vanilla.
+"""Train-step time of the LM: vanilla vs full DCA, 2-DCA and the rivals, as ratios to vanilla.
 
-For each depth, the three variants (same width, heads = width/64, MLP 4×width, sequence 128,
-synthetic tokens) are built, their train steps (``dca_theory.lm.steps.make_train_step``:
-forward, backward, AdamW) are jitted and warmed up, and
+For each depth, the variants (by default vanilla, DCA, 2-DCA and the rivals Attention
+Residuals, mHC, MUDDFormer and value residuals; same width, heads = width/64, MLP 4×width,
+sequence 128, synthetic tokens) are built, their train steps
+(``dca_theory.lm.steps.make_train_step``: forward, backward, AdamW) are jitted and warmed up, and
 then timed *alternately* in the same process: each repeat times one step of every variant, in
 a rotating order, so that a change of machine load hits all variants alike. The figure is the
 median over repeats; the ratio is median(variant) / median(vanilla). Paper (Table 1, 24 layers,
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
     DEFAULT_VARIANTS,
     PAPER_STEP_TIME_RATIO,
+    RIVAL_VARIANTS,
     VARIANTS,
     check_positive,
     emit,
@@ -73,7 +75,7 @@ def main(argv=None) -> dict:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--compute-dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS),
+    p.add_argument("--variants", nargs="+", default=[*DEFAULT_VARIANTS, *RIVAL_VARIANTS],
                    choices=list(VARIANTS))
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
@@ -94,13 +96,13 @@ def main(argv=None) -> dict:
     print(f"\nwidth {args.width}, seq {args.seq}, batch {args.batch}, vocab {args.vocab}, "
           f"{args.repeats} repeats, load {record['machine_before']['loadavg_1_5_15'][0]:.1f}"
           f" -> {record['machine_after']['loadavg_1_5_15'][0]:.1f}")
-    print(f"{'depth':>5s} {'variant':8s} {'params':>10s} {'median step [s]':>16s} "
+    print(f"{'depth':>5s} {'variant':14s} {'params':>10s} {'median step [s]':>16s} "
           f"{'ratio':>7s} {'paper (d24)':>11s} {'target':>7s}")
     for res in record["results"]:
         for v in args.variants:
             ratio = res.get("ratio_to_vanilla", {}).get(v, float("nan"))
             target = record["targets_depth24"].get(v)
-            print(f"{res['depth']:5d} {v:9s} {res['params'][v]:10d} {res['median_s'][v]:16.4f} "
+            print(f"{res['depth']:5d} {v:14s} {res['params'][v]:10d} {res['median_s'][v]:16.4f} "
                   f"{ratio:7.3f} {PAPER_STEP_TIME_RATIO.get(v, float('nan')):11.2f} "
                   f"{'' if target is None else f'<={target:.2f}':>7s}")
     return emit(record, args.json)

@@ -18,6 +18,10 @@ scheme (aliases)       family    layer input                                    
 ``hyper_connections``  baseline  n residual streams mixed per block (Zhu et al.)     LM
 ``laurel_lr``          baseline  LAuReL low-rank (Menghani et al. 2024)              LM
 ``laurel_pa``          baseline  LAuReL previous-activations                         LM
+``attn_res``           baseline  softmax over depth, pseudo-queries (Kimi 2026)       LM
+``mhc``                baseline  Hyper-Connections, Sinkhorn mixing (DeepSeek 2025)   LM
+``muddformer``         baseline  dynamic dense q/k/v/residual streams (Xiao et al.)   LM
+``value_residual``     baseline  first layer's values mixed in (ResFormer)            LM
 =====================  ========  ===================================================  =========
 
 "toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) used by the toy nets;
@@ -110,6 +114,16 @@ SCHEMES: tuple[Scheme, ...] = (
     Scheme("laurel_lr", "baseline", "LAuReL-LR", "#bcbd22", "LAuReL low-rank residual", lm=True),
     Scheme("laurel_pa", "baseline", "LAuReL-PA", "#17becf",
            "LAuReL over previous activations", lm=True),
+    Scheme("attn_res", "baseline", "AttnRes", "#393b79",
+           "softmax attention over depth with a pseudo-query per sublayer", lm=True),
+    Scheme("mhc", "baseline", "mHC", "#ad494a",
+           "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", lm=True),
+    Scheme("muddformer", "baseline", "MUDDFormer", "#637939",
+           "dynamic dense connections, separate q, k, v and residual streams", lm=True,
+           retrofit=True),
+    Scheme("value_residual", "baseline", "ResFormer", "#8c6d31",
+           "value residuals: later layers mix in the first layer's values", lm=True,
+           retrofit=True),
 )
 
 _BY_SPELLING: dict[str, Scheme] = {s: scheme for scheme in SCHEMES for s in scheme.spellings}

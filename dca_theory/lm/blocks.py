@@ -43,6 +43,7 @@ attention probabilities (not broadcast over heads, as in Flax).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -137,8 +138,10 @@ class Attention(eqx.Module):
 
     def __call__(
         self, xq_LxD: Array, xk_LxD: Array, xv_LxD: Array, *, causal: bool,
-        key: PRNGKeyArray | None = None,
+        key: PRNGKeyArray | None = None, mix_values: Callable[[Array], Array] | None = None,
     ) -> Float[Array, "L D"]:
+        """``mix_values`` maps the projected values ``v_LxHxK`` before they are attended
+        (value residual learning mixes in the first layer's values there)."""
         # Scores and softmax in float32 at least, even if the weights were cast to bf16.
         cd = matmul_dtype(self.compute_dtype, self.w_q_DxD)
         acc = at_least_float32(self.w_q_DxD.dtype)
@@ -152,6 +155,8 @@ class Attention(eqx.Module):
         q_LxHxK = proj(xq_LxD, self.w_q_DxD)
         k_LxHxK = proj(xk_LxD, self.w_k_DxD)
         v_LxHxK = proj(xv_LxD, self.w_v_DxD)
+        if mix_values is not None:
+            v_LxHxK = mix_values(v_LxHxK)
         s_HxLxL = jnp.einsum("qhk,shk->hqs", q_LxHxK, k_LxHxK, preferred_element_type=acc)
         s_HxLxL = s_HxLxL / jnp.sqrt(jnp.asarray(K, acc))
         if causal:
@@ -160,6 +165,12 @@ class Attention(eqx.Module):
         p_HxLxL = dropout(jax.nn.softmax(s_HxLxL, axis=-1), self.rate, key)
         o_LxHxK = jnp.einsum("hqs,shk->qhk", p_HxLxL.astype(cd), v_LxHxK)
         return o_LxHxK.reshape(L, D) @ self.w_o_DxD.astype(cd)
+
+    def project_values(self, xv_LxD: Array) -> Float[Array, "L H K"]:
+        """The per-head values ``v_LxHxK`` this attention computes from ``xv_LxD``."""
+        cd = matmul_dtype(self.compute_dtype, self.w_v_DxD)
+        return (xv_LxD.astype(cd) @ self.w_v_DxD.astype(cd)).reshape(
+            xv_LxD.shape[0], self.n_heads, -1)
 
 
 class MLP(eqx.Module):

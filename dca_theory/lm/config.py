@@ -26,8 +26,8 @@ class ModelConfig:
 
     ``residual`` selects the residual scheme (``schemes.names(lm=True)``); ``k`` (only with
     "dca") keeps the model input, the sum of the middle outputs and the last k outputs
-    (k-DCA); ``None`` is the full stack. ``hc_expansion`` is the Hyper-Connections expansion rate n and
-    ``laurel_rank`` the rank r of the LAuReL low-rank maps.
+    (k-DCA); ``None`` is the full stack. ``hc_expansion`` is the expansion rate n of
+    Hyper-Connections and mHC, ``laurel_rank`` the rank r of the LAuReL low-rank maps.
 
     Precision: parameters, the residual stream / stack, GRN combinations, LayerNorm statistics
     and the attention softmax are kept in ``param_dtype``; matmuls (attention projections,
@@ -94,6 +94,9 @@ class ModelConfig:
                     f"{' or '.join(map(repr, schemes.names(lm=True, takes_k=True)))}, "
                     f"got residual={self.residual!r}"
                 )
+        if self.residual == "mhc" and self.hc_expansion < 2:
+            raise ValueError(f"residual='mhc' needs hc_expansion >= 2 (one stream has nothing "
+                             f"to mix), got {self.hc_expansion}")
         for name in ("param_dtype", "compute_dtype"):
             value = getattr(self, name)
             if value not in DTYPES and not (name == "compute_dtype" and value is None):

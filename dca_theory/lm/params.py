@@ -18,6 +18,9 @@ Closed form (T layers, width D, MLP width F, vocabulary V, ``S_t`` the stack siz
   k-DCA caps ``S_t`` at ``k + 2``.
 * denseformer ``Σ_{i=1}^{T} (i+1)``; hyper_connections ``T (4D + nD + 2 + 2n + n²)``;
   laurel_lr ``2 T D r``; laurel_pa ``2 T D r + Σ_{i=1}^{T} i`` (see :mod:`.baselines`).
+* attn_res ``2D(2T + 1)``; muddformer ``Σ_{i<T} (D w_i + w_i² + w_i)`` with
+  ``w_i = C_i (i + 2)``, ``C_i = 4`` (1 for the last block); value_residual ``2(T − 1)``
+  (see :mod:`.rivals`); mhc ``T (nD m + m + 3)`` with ``m = n² + 2n`` (see :mod:`.mhc`).
 
 The paper's reported totals next to ours (``dca-theory lm info``) are in
 :mod:`dca_theory.lab.paper_param_counts`.
@@ -74,6 +77,17 @@ def overhead(cfg: ModelConfig) -> int:
         return t * 2 * d * cfg.laurel_rank
     if kind == "laurel_pa":
         return t * 2 * d * cfg.laurel_rank + sum(range(1, t + 1))
+    if kind == "attn_res":
+        return 2 * d * (2 * t + 1)
+    if kind == "mhc":
+        n = cfg.hc_expansion
+        m = n * n + 2 * n
+        return t * (n * d * m + m + 3)
+    if kind == "muddformer":
+        widths = [(4 if i < t - 1 else 1) * (i + 2) for i in range(t)]
+        return sum(d * w + w * w + w for w in widths)
+    if kind == "value_residual":
+        return 2 * (t - 1)
     raise ValueError(f"no closed-form count for residual {kind!r}; add one in lm/params.py")
 
 

@@ -7,7 +7,10 @@ layer are copied; for each block, the attention and MLP weights are copied, the 
 pre-attention LayerNorm ``LN_1`` becomes each of ``LN_q``, ``LN_k``, ``LN_v`` and the pre-MLP
 ``LN_2`` becomes ``LN_h``; every GRN (per block and the output GRN) starts at b = 1, w = 0, where
 it is the plain residual sum. For ``grn_v1|v2|v3`` targets the pre-LN blocks are copied as they
-are and the GRNs start at b = 1 (w = 0). The functions agree up to floating-point summation
+are and the GRNs start at b = 1 (w = 0). Other targets (``schemes.names(lm=True,
+retrofit=True)``: MUDDFormer, value residuals) copy the blocks too, with the kind's own
+parameters where it equals vanilla (a trunk's ``as_vanilla()`` sets them where its paper's
+init does not). The functions agree up to floating-point summation
 order (the GRN sums the stack at once; vanilla adds recursively).
 
 Typical use (continue training a vanilla checkpoint as 2-DCA)::
@@ -100,6 +103,8 @@ def retrofit(source: TransformerLM, target: ModelConfig) -> TransformerLM:
             lambda t: t.blocks, fresh.trunk,
             tuple(transplant(b, f) for b, f in zip(src_blocks, fresh.trunk.blocks)),
         )
+    if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
+        trunk = trunk.as_vanilla()
     out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
     for get in (lambda m: m.embed_VxD, lambda m: m.final_norm, lambda m: m.w_out_DxV,
                 lambda m: m.b_out_V):

@@ -1,8 +1,10 @@
 """Every trunk by residual kind, and :func:`Trunk`, which builds the one ``cfg.residual`` names.
 
-The trunks themselves live in :mod:`dca_theory.lm.trunk` (vanilla, GRN-v1/v2/v3, DCA) and
-:mod:`dca_theory.lm.baselines` (related work, built on the former's ``AbstractTrunk``); the
-factory sits here, above both, so that neither has to import the other back.
+The trunks themselves live in :mod:`dca_theory.lm.trunk` (vanilla, GRN-v1/v2/v3, DCA),
+:mod:`dca_theory.lm.baselines` (the paper's related work), :mod:`dca_theory.lm.rivals`
+(Attention Residuals, MUDDFormer, value residuals) and :mod:`dca_theory.lm.mhc` (mHC), all built
+on the first's ``AbstractTrunk``; the factory sits here, above them, so that none has to import
+another back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from jaxtyping import PRNGKeyArray
 from dca_theory import schemes
 from dca_theory.lm.baselines import BASELINE_TRUNKS
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.mhc import ManifoldHyperConnectionsTrunk
+from dca_theory.lm.rivals import RIVAL_TRUNKS
 from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, ResidualTrunk
 
 
@@ -23,4 +27,8 @@ def Trunk(cfg: ModelConfig, *, key: PRNGKeyArray) -> AbstractTrunk:  # noqa: N80
         return DCATrunk.init(cfg, key=key)
     if cfg.residual in BASELINE_TRUNKS:
         return BASELINE_TRUNKS[cfg.residual].init(cfg, key=key)
+    if cfg.residual in RIVAL_TRUNKS:
+        return RIVAL_TRUNKS[cfg.residual].init(cfg, key=key)
+    if cfg.residual == "mhc":
+        return ManifoldHyperConnectionsTrunk.init(cfg, key=key)
     raise ValueError(f"unknown residual {cfg.residual!r}")  # unreachable: config validates

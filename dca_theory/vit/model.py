@@ -150,6 +150,8 @@ def retrofit(source: ViT, residual: str, k: int | None = None) -> ViT:
         trunk = eqx.tree_at(lambda t: t.blocks, fresh.trunk,
                             tuple(transplant(b, f) for b, f in zip(blocks,
                                                                    fresh.trunk.blocks)))
+    if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
+        trunk = trunk.as_vanilla()
     out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
     rest = lambda m: (m.w_patch_PxD, m.b_patch_D, m.pos_NxD, m.cls_D,  # noqa: E731
                       m.final_norm, m.w_head_DxK, m.b_head_K)
