@@ -167,7 +167,7 @@ def _cmd_sample(args) -> int:
         prompt = prompt[:-1]
     out = generate(model, prompt, args.tokens, max_len=model_cfg.max_len,
                    key=jax.random.PRNGKey(args.seed), temperature=args.temperature,
-                   top_k=args.top_k)
+                   top_k=args.top_k, cache=not args.no_cache)
     print(tokenizer.decode(out))
     return 0
 
@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest only")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--no-cache", action="store_true", help="rerun the model on the whole "
+                   "window for every token instead of decoding with a key/value cache (same "
+                   "tokens, slower)")
     p.set_defaults(func=_cmd_sample)
 
     p = sub.add_parser("info", help="parameter counts per residual kind",

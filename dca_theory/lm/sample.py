@@ -77,7 +77,7 @@ def _check(model, prompt, n_tokens: int, max_len: int, temperature: float,
         raise ValueError(f"top_k must be >= 1, got {top_k}")
 
 
-def generate(model, prompt: Sequence[int], n_tokens: int, *, max_len: int, key,
+def generate(model, prompt: Sequence[int] | np.ndarray, n_tokens: int, *, max_len: int, key,
              temperature: float = 1.0, top_k: int | None = None,
              cache: bool = True) -> np.ndarray:
     """Return ``prompt`` followed by ``n_tokens`` sampled tokens (``temperature=0``: greedy).
