@@ -7,8 +7,8 @@ token the argmax of the step's logits. After a warm-up, each round decodes ``--t
 from an empty cache with every variant in a rotating order (so a change of machine load hits
 all alike); the latency per token of a round is its wall time over ``--tokens``, and the figure
 is the median over rounds. Ratios are given two ways: of the medians, and the median of the
-per-round ratios (variants timed back to back, so steadier on a loaded machine). The attention reads the whole preallocated buffer with a mask, so a
-step costs the same at every position.
+per-round ratios (variants timed back to back, so steadier on a loaded machine). The attention
+reads the whole preallocated buffer with a mask, so a step costs the same at every position.
 
 Memory, from the model and from XLA (``compiled.memory_analysis()``, deterministic):
 
@@ -27,7 +27,8 @@ do not say how they decode).
 
 Usage::
 
-    python benchmarks/lm_decode.py --rounds 7 --json benchmarks/results/lm_decode_w256.json
+    python benchmarks/lm_decode.py --rounds 25 --tokens 64 \
+        --json benchmarks/results/lm_decode_w256.json
     python benchmarks/lm_decode.py --quick          # tiny sizes, seconds (the test's dry run)
 
 Prints a table and the JSON record (``os.getloadavg()`` before and after). Runtime on the 2-core
@@ -42,12 +43,12 @@ import sys
 import time
 from pathlib import Path
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import check_positive, emit, machine, model_config  # noqa: E402
-
-import equinox as eqx  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 
 from dca_theory.lm.decode import DecodeCache, decode_step, max_stack_entries  # noqa: E402
 from dca_theory.lm.model import build_model  # noqa: E402
@@ -125,8 +126,8 @@ def parse_args(argv=None):
                    help="parameter (and so cache and matmul) dtype")
     p.add_argument("--variants", nargs="+", default=list(DECODE_VARIANTS),
                    choices=list(DECODE_VARIANTS))
-    p.add_argument("--quick", action="store_true",
-                   help=f"tiny sizes for a dry run ({', '.join(f'{k} {v}' for k, v in QUICK.items())})")
+    quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
+    p.add_argument("--quick", action="store_true", help=f"tiny sizes for a dry run ({quick})")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
     if args.quick:

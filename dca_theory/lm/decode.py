@@ -1,4 +1,4 @@
-r"""Incremental (cached) decoding: one token at a time, reusing every earlier token's keys and values.
+r"""Incremental (cached) decoding: one token at a time, reusing earlier tokens' keys and values.
 
 **What must be cached.** In every residual scheme of the LM zoo the only operation that mixes
 *tokens* is attention inside a block; everything that mixes *layers* (the plain sum, a GRN, the
@@ -213,8 +213,10 @@ def supports_cache(model: TransformerLM) -> bool:
 
 def max_stack_entries(model: TransformerLM) -> int:
     """The most per-token stack entries (``D``-vectors) a decoding step holds at once: 1 for
-    vanilla (the stream), ``k + 2`` for k-DCA, ``n_layers + 1`` for full DCA and the GRN kinds
-    (their windows aside), ``hc_expansion`` for Hyper-Connections."""
+    vanilla and LAuReL-LR (the stream), ``k + 2`` for k-DCA, ``n_layers + 1`` for full DCA, the
+    GRN kinds and DenseFormer, ``grn_window`` for a windowed GRN (what it reads at once; entries
+    that left the window are dead), ``hc_expansion`` for Hyper-Connections, ``n_layers`` for
+    LAuReL-PA."""
     cfg, trunk = model.cfg, model.trunk
     if isinstance(trunk, ResidualTrunk) and trunk.grns is None:
         return 1
@@ -222,8 +224,8 @@ def max_stack_entries(model: TransformerLM) -> int:
         return cfg.grn_window
     if isinstance(trunk, HyperConnectionsTrunk):
         return cfg.hc_expansion
-    if isinstance(trunk, LaurelTrunk) and trunk.gammas is None:
-        return 1
+    if isinstance(trunk, LaurelTrunk):  # PA's γ combine the states x_0 … x_{n-1}
+        return 1 if trunk.gammas is None else cfg.n_layers
     return stack_size(cfg.n_layers, cfg.k if isinstance(trunk, DCATrunk) else None)
 
 
