@@ -118,6 +118,8 @@ def pre_ln_branch_step(blk: PreLNBlock, x_TxD: Array, layer: LayerCache, pos):
 def dca_block_step(blk: DCABlock, stack: ResidualStack, layer: LayerCache, pos):
     """:meth:`DCABlock.apply` for one token: ``(o, cache)``. The three GRN-v3 read this token's
     stack only; the earlier tokens' ``k̃`` and ``ṽ`` are in the cache as keys and values."""
+    # The reference GRN path: one token's stack is a few D-vectors, and the fused path's
+    # custom backward pass buys nothing when nothing is differentiated.
     (qn_TxD, kn_TxD, vn_TxD), (q_TxD, _, _), _ = blk.attention_inputs(
         stack.entries(), grn_impl="reference")
     a_TxD, layer = attend_cached(blk.attn, qn_TxD, kn_TxD, vn_TxD, layer, pos)

@@ -125,3 +125,15 @@ def test_sampling_window_beyond_the_model_is_refused(max_len):
     model = build_model(TINY, key=jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match=rf"max_len must be in \[1, {TINY.max_len}\]"):
         generate(model, [1], 1, max_len=max_len, key=jax.random.PRNGKey(0))
+
+
+def test_a_batch_of_caches_decodes_under_vmap():
+    # Two sequences side by side (one cache each, vmapped) give each sequence's own logits, to
+    # float32's TOL (batched matmuls sum in another order: measured about 2e-6).
+    model = _model({"residual": "dca", "k": 1, "max_len": 8})
+    toks_BxL = jnp.stack([tokens(3, 8), tokens(4, 8)])
+    batched = eqx.filter_jit(eqx.filter_vmap(_cached, in_axes=(None, 0)))(model, toks_BxL)
+    for b in range(2):
+        np.testing.assert_allclose(np.asarray(batched[b]), np.asarray(_cached(model, toks_BxL[b])),
+                                   rtol=0,
+                                   atol=TOL["float32"] * float(jnp.max(jnp.abs(batched[b]))))
