@@ -11,13 +11,16 @@ never load training code):
   the settings that ``--set`` can change, see :mod:`dca_theory.overrides`);
 * ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
 
-Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2.
+Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2; OS errors
+(permissions, a full disk, a closed pipe as in ``dca-theory verify --json | head``) and running
+out of memory print one line and exit with status 1. No entry point prints a traceback for these.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -131,14 +134,29 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+        return status
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         # One line naming the bad value; no traceback for user errors.
-        print(f"dca-theory: error: {err}", file=sys.stderr)
-        return 2
+        return _fail(err, 2)
+    except BrokenPipeError:
+        # The reader went away (``| head``): detach stdout so the exit flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _fail("output closed before it was all written (broken pipe)", 1)
+    except OSError as err:  # permissions, full disk, read-only folders
+        return _fail(err, 1)
+    except MemoryError as err:
+        return _fail(str(err) or "out of memory", 1)
     except KeyboardInterrupt:
         print("dca-theory: interrupted", file=sys.stderr)
         return 130
+
+
+def _fail(err: BaseException | str, status: int) -> int:
+    print(f"dca-theory: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+          file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -59,13 +59,27 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a bad file is a one-line ValueError naming the file and the line."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        text = fh.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """One JSON value per non-blank line; a bad line is a ValueError naming the file and line."""
+    records = []
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {number}: not valid JSON ({err.msg})") from None
+    return records
 
 
 def environment() -> dict[str, str]:

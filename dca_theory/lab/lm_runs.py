@@ -33,7 +33,8 @@ from dca_theory.lm.train_config import LMTrainConfig
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
 QUICK_SEEDS: tuple[int, ...] = (0, 1)
-DATASETS: tuple[str, ...] = ("shakespeare", "ptb")
+DATASETS: tuple[str, ...] = ("shakespeare", "ptb", "ptb-char", "python-stdlib",
+                             "python-stdlib-bpe")
 #: the dataset of the single-dataset experiments
 STANDARD_DATA = "shakespeare"
 
@@ -43,7 +44,8 @@ CPU_MODEL = ModelConfig(max_len=64, d_model=64, n_heads=4, d_mlp=256, n_layers=4
                         dropout=0.0, attn_dropout=0.0, grn_gate="paper")
 QUICK_MODEL = ModelConfig(max_len=32, d_model=16, n_heads=2, d_mlp=32, n_layers=2,
                           dropout=0.0, attn_dropout=0.0, grn_gate="paper")
-SEQ_LEN = {"shakespeare": 64, "ptb": 32}
+SEQ_LEN = {"shakespeare": 64, "ptb": 32, "ptb-char": 64, "python-stdlib": 64,
+           "python-stdlib-bpe": 64}
 CPU_TRAIN = LMTrainConfig(batch_size=16, steps=400, lr=2e-3, warmup_steps=40, log_every=50,
                           eval_every=25, eval_batches=6, progress=True)
 QUICK_TRAIN = LMTrainConfig(batch_size=8, steps=30, lr=3e-3, warmup_steps=5, log_every=10,
@@ -180,13 +182,15 @@ def cache_dir(run_path: Path) -> Path:
     return Path(run_path).parent / "lm_runs"
 
 
-def cached_corpus(name: str):
-    """The corpus ``name``, loaded once per process (every run of one dataset shares it)."""
+def cached_corpus(name: str, bpe_vocab_size: int = 8192):
+    """The corpus ``name``, loaded once per process (every run of one dataset shares it);
+    ``bpe_vocab_size`` matters for the BPE corpora only."""
     from dca_theory.lm import data as lm_data
 
-    if name not in _CORPORA:
-        _CORPORA[name] = lm_data.load_corpus(name)
-    return _CORPORA[name]
+    if (name, bpe_vocab_size) not in _CORPORA:
+        _CORPORA[(name, bpe_vocab_size)] = lm_data.load_corpus(name,
+                                                               bpe_vocab_size=bpe_vocab_size)
+    return _CORPORA[(name, bpe_vocab_size)]
 
 
 _CORPORA: dict = {}
@@ -212,7 +216,8 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
 
         models = [retrofit(m, s.model.replace(vocab_size=m.cfg.vocab_size))
                   for m in load_models(s.init_from, cache)]
-    runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=cached_corpus(s.train.data),
+    corpus = cached_corpus(s.train.data, s.train.bpe_vocab_size)
+    runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=corpus,
                           models=models, desc=s.label, keep_params=True,
                           final_batches=s.final_batches,
                           log=(lambda **r: log(run=s.label, **r)) if log else None)

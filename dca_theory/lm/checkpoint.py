@@ -9,11 +9,19 @@ A checkpoint is the folder ``WORKDIR/checkpoints/<step>/`` with two items:
   see :mod:`dca_theory.lm.data`), the seed and the configs.
 
 Orbax writes each step into a temporary folder and renames it when complete, so a run killed
-while saving leaves the previous checkpoint intact and the partial one is never restored.
+while saving leaves the previous checkpoint intact and the partial one is never restored (such a
+``<step>.orbax-checkpoint-tmp-*`` folder is ignored and named in one line).
+
+A checkpoint damaged after it was written (a truncated array file, a deleted ``state`` folder, an
+empty ``_METADATA``) fails to restore; :meth:`Checkpointer.restore_newest` then falls back to the
+next older one, saying which one it skipped and why. Nothing here deletes a damaged checkpoint.
 """
 
 from __future__ import annotations
 
+import gc
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +44,42 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
+
+    def steps(self) -> list[int]:
+        """Every finished checkpoint's step, oldest first."""
+        return sorted(self._manager.all_steps())
+
+    def unfinished(self) -> list[Path]:
+        """Folders of saves that a kill interrupted (orbax never restores them)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if ".orbax-checkpoint-tmp" in p.name)
+
+    def restore_newest(self, template, *, step: int | None = None,
+                       notify: Callable[[str], None] = print) -> tuple[int, Any, dict]:
+        """``(step, state, meta)`` of the newest checkpoint that restores cleanly, or of
+        ``step`` if given. Each damaged checkpoint passed over is named through ``notify``."""
+        available = self.steps()
+        if step is not None and step not in available:
+            listed = ", ".join(map(str, available)) or "none"
+            raise ValueError(f"no checkpoint at step {step} in {self.directory}; "
+                             f"available: {listed}")
+        for candidate in [step] if step is not None else available[::-1]:
+            try:
+                state, meta = self.restore(template, candidate)
+                return candidate, state, meta
+            except Exception as err:  # orbax / TensorStore / JSON errors of a damaged folder
+                reason = damage_reason(err)
+            _collect_abandoned_reads()
+            if step is not None:
+                raise ValueError(f"checkpoint step {step} in {self.directory} does not restore: "
+                                 f"{reason}")
+            notify(f"skipping checkpoint step {candidate} in {self.directory}: it does not "
+                   f"restore ({reason}); kept on disk, trying an older one")
+        if available:
+            raise ValueError(f"no checkpoint in {self.directory} restores cleanly (steps "
+                             f"{', '.join(map(str, available))}); they are kept on disk")
+        raise FileNotFoundError(f"no checkpoint in {self.directory}")
 
     def save(self, step: int, state, meta: dict) -> None:
         """Start an (asynchronous) save of ``state`` at ``step``; see :meth:`wait`."""
@@ -62,3 +106,22 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _collect_abandoned_reads() -> None:
+    """A failed restore leaves orbax's other pending array reads (coroutines) behind; collect
+    them now with their "Event loop is closed" complaints silenced, so that the one line naming
+    the damaged checkpoint is all a user sees."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+
+
+def damage_reason(err: BaseException) -> str:
+    """One short line saying why a checkpoint failed to restore."""
+    text = str(err).split(" See full TensorStore details")[0].strip().splitlines()
+    reason = f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return reason if len(reason) <= 160 else reason[:157] + "..."

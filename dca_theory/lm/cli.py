@@ -9,7 +9,9 @@ Typical session (tiny model, Penn Treebank, a few minutes on a laptop CPU)::
     dca-theory lm info --preset paper
 
 User errors raise ``ValueError``/``FileNotFoundError``, which ``dca-theory`` prints as one line
-``dca-theory: error: ...`` with exit status 2. A non-finite loss stops training with status 3.
+``dca-theory: error: ...`` with exit status 2; OS and memory errors are one line with status 1.
+Every setting is validated before the work directory is touched. A non-finite loss stops
+training with status 3 (and ``eval`` of a diverged checkpoint exits 3).
 """
 
 from __future__ import annotations
@@ -77,10 +79,11 @@ def _add_train(sub) -> None:
                    help="residual scheme (default: vanilla)")
     p.add_argument("--k", type=int, default=None, help="k-DCA window (only with --residual "
                    "dca; default: full DCA)")
-    p.add_argument("--data", default=None, help="'ptb', 'shakespeare' or a path to a UTF-8 text "
+    p.add_argument("--data", default=None, help="'ptb', 'shakespeare', 'ptb-char', "
+                   "'python-stdlib' (bytes), 'python-stdlib-bpe' or a path to a UTF-8 text "
                    "file (byte-level BPE); default ptb")
-    p.add_argument("--data-dir", default=None, help="folder holding ptb/ and tinyshakespeare/ "
-                   "(default: $DCA_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="folder holding ptb/, tinyshakespeare/ and "
+                   "python-stdlib/ (default: $DCA_DATA_DIR)")
     p.add_argument("--workdir", default=None, help="run directory; resumes if it holds a run "
                    "(default: runs/lm-PRESET-RESIDUAL[-kK]-DATA)")
     for flag, _, typ, text in _TRAIN_FLAGS + _MODEL_FLAGS:
@@ -105,6 +108,10 @@ def _configs(args) -> tuple[ModelConfig, LMTrainConfig]:
         if model_cfg.residual != "dca":
             raise ValueError(f"--k {args.k} needs --residual dca (got {model_cfg.residual})")
         model_cfg = model_cfg.replace(k=args.k)
+    if args.grn_gate is not None and not schemes.get(model_cfg.residual).gated:
+        gated = ", ".join(n for n in schemes.names(lm=True) if schemes.get(n).gated)
+        raise ValueError(f"--grn-gate {args.grn_gate} needs a residual with GRN-v3's gate "
+                         f"({gated}); got {model_cfg.residual}")
     for flag, field, _, _ in _MODEL_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
@@ -146,10 +153,15 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from dca_theory.lm.train import evaluate_run
+    from dca_theory.lm.train import NonFiniteLossError, evaluate_run
 
-    results = evaluate_run(args.workdir, args.split, data_dir=args.data_dir,
-                           batch_size=args.batch_size)
+    try:
+        results = evaluate_run(args.workdir, args.split, data_dir=args.data_dir,
+                               batch_size=args.batch_size, step=args.checkpoint_step)
+    except NonFiniteLossError as err:
+        print(f"dca-theory: error: {err}", file=sys.stderr)
+        return 3
+    print(f"checkpoint step {next(iter(results.values()))['step']} of {args.workdir}:")
     for split, r in results.items():
         print(f"{split}: loss {r['loss']:.4f}, perplexity {r['ppl']:.2f} ({r['tokens']:,} tokens)")
     return 0
@@ -161,7 +173,9 @@ def _cmd_sample(args) -> int:
     from dca_theory.lm.sample import generate
     from dca_theory.lm.train import load_run
 
-    model, tokenizer, model_cfg, _ = load_run(args.workdir)
+    if not args.temperature >= 0 or args.temperature == float("inf"):  # checked before loading
+        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    model, tokenizer, model_cfg, _ = load_run(args.workdir, step=args.checkpoint_step)
     prompt = tokenizer.encode(args.prompt)
     if tokenizer.kind == "word":  # encode() ends every line with <eos>; continue the line instead
         prompt = prompt[:-1]
@@ -190,12 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
 
     p = sub.add_parser("eval", help="perplexity of a trained run on valid/test",
-                       description="Evaluate the newest checkpoint in --workdir on whole splits.")
+                       description="Evaluate the newest checkpoint in --workdir that restores "
+                       "cleanly (or --checkpoint-step N) on whole splits.")
     p.add_argument("--workdir", required=True, help="run directory written by 'lm train'")
     p.add_argument("--split", nargs="+", choices=("train", "valid", "test"),
                    default=["valid", "test"], help="splits to score (default: valid test)")
     p.add_argument("--data-dir", default=None, help="data folder if it moved since training")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per eval batch")
+    p.add_argument("--checkpoint-step", type=int, default=None, metavar="N",
+                   help="score checkpoint N (default: the newest that restores cleanly)")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("sample", help="generate text from a trained run",
@@ -206,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest only")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--checkpoint-step", type=int, default=None, metavar="N",
+                   help="sample from checkpoint N (default: the newest that restores cleanly)")
     p.add_argument("--no-cache", action="store_true", help="rerun the model on the whole "
                    "window for every token instead of decoding with a key/value cache (same "
                    "tokens, slower)")

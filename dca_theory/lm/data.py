@@ -1,6 +1,6 @@
 r"""Language-modelling corpora, tokenizers and deterministic batching.
 
-Three sources of real text, each a :class:`Corpus` of three integer token streams
+Sources of real text, each a :class:`Corpus` of three integer token streams
 (train / valid / test) plus the :class:`Tokenizer` that produced them:
 
 * ``"ptb"``: Penn Treebank, Mikolov split, word level. Tokens are whitespace-separated words
@@ -9,6 +9,21 @@ Three sources of real text, each a :class:`Corpus` of three integer token stream
 * ``"shakespeare"``: Tiny Shakespeare, character level (65 symbols, vocabulary from the whole
   file). The last 10 % of characters are held out: the first 5 % of that tail is the
   validation split, the last 5 % the test split.
+* ``"ptb-char"`` (issue 16): the three PTB files read as characters (newlines included, so a
+  line end is one symbol as ``<eos>`` is one word). The vocabulary is the 50 characters of the
+  training file, sorted; a character of the validation or test file outside it is an error
+  naming the file, not an unknown symbol (the shipped files have none, which the tests check),
+  so the scored text is exactly the files' text.
+* ``"python-stdlib"``: the CPython standard library's decompressed sources by **byte** (256
+  symbols). Code mixes ASCII with rare non-ASCII characters (the test suite's Unicode tables);
+  a character vocabulary would hold thousands of symbols seen a handful of times, whose
+  embeddings never train, and would need a rule for unseen ones. Bytes need neither, are
+  lossless, and make the token counts the README's decompressed sizes.
+* ``"python-stdlib-bpe"``: the same text through a byte-level BPE of ``bpe_vocab_size``
+  symbols trained on the first :data:`BPE_TRAIN_CHARS` characters of the training split (all
+  28M take minutes; the prefix gives the same frequent merges). The tokenizer and the encoded
+  splits are cached (:func:`dca_theory.lm.corpus_files.cache_dir`) under a name holding the
+  vocabulary size and the training file's checksum: a second load neither trains nor encodes.
 * a path to any UTF-8 text file: a byte-level BPE tokenizer (Hugging Face ``tokenizers``) is
   trained on the first 90 % of the file and saved with the run; valid / test are split as for
   Tiny Shakespeare.
@@ -33,11 +48,22 @@ from pathlib import Path
 
 import numpy as np
 
+from dca_theory.lm.corpus_files import (
+    SPLITS,
+    cache_dir,
+    load_cached_ids,
+    read_xz_bytes,
+    save_cached_ids,
+)
 from dca_theory.paths import data_dir as resolve_data_dir
 
-KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare")
+#: the evidence experiment's corpora (issue 16)
+EVIDENCE_CORPORA: tuple[str, ...] = ("ptb-char", "python-stdlib", "python-stdlib-bpe")
+KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare", *EVIDENCE_CORPORA)
 EOS, UNK = "<eos>", "<unk>"
 PTB_VOCAB_SIZE = 10_000
+BPE_TRAIN_CHARS = 4_000_000
+STDLIB_DIR = "python-stdlib"
 
 # sha256 of every file we read; a mismatch means a different (or corrupted) corpus.
 SHA256: dict[str, str] = {
@@ -45,6 +71,13 @@ SHA256: dict[str, str] = {
     "ptb/ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
     "ptb/ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
     "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    # python-stdlib: of the decompressed text
+    "python-stdlib/train.txt.xz":
+        "dd2a43d1df516ef168980ab03b05dece4e5f9dffbdc78605fe696f4a8772a85a",
+    "python-stdlib/valid.txt.xz":
+        "300e5cbe22e3db89363a7852696ece341072457bd3a897a4a3cd68d12b69d629",
+    "python-stdlib/test.txt.xz":
+        "a896bdd038f803de63ada91e642e4f1e15a0319680e8db9f4a9233d307f9a0a2",
 }
 
 
@@ -62,6 +95,8 @@ def sha256_of(path: Path) -> str:
 def read_text(path: Path, *, expected_sha256: str | None = None) -> str:
     """Read a UTF-8 file; one-line errors for missing, wrong-checksum, empty, non-UTF-8 files."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"corpus file {path} is a directory, not a text file")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} not found (looked in {path.parent})")
     if expected_sha256 is not None:
@@ -84,10 +119,12 @@ def read_text(path: Path, *, expected_sha256: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """Word-, char- or BPE-level tokenizer; ``save``/``load`` round-trip through one JSON file.
+    """Word-, char-, byte- or BPE-level tokenizer; ``save``/``load`` round-trip through one
+    JSON file.
 
-    ``kind`` is ``"word"`` (tokens joined by spaces, ``<eos>`` shown as a newline), ``"char"``
-    or ``"bpe"`` (``spec`` holds the Hugging Face tokenizer JSON).
+    ``kind`` is ``"word"`` (tokens joined by spaces, ``<eos>`` shown as a newline), ``"char"``,
+    ``"byte"`` (the 256 byte values of the UTF-8 text) or ``"bpe"`` (``spec`` holds the Hugging
+    Face tokenizer JSON).
     """
 
     kind: str
@@ -96,6 +133,8 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        if self.kind == "byte":
+            return 256
         return len(self.vocab) if self.kind != "bpe" else self._hf().get_vocab_size()
 
     def _hf(self):
@@ -106,6 +145,8 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         if self.kind == "bpe":
             return np.asarray(self._hf().encode(text).ids, dtype=np.int32)
+        if self.kind == "byte":
+            return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
         index = {tok: i for i, tok in enumerate(self.vocab)}
         if self.kind == "char":
             unknown = sorted(set(text) - index.keys())
@@ -124,6 +165,8 @@ class Tokenizer:
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if self.kind == "bpe":
             return self._hf().decode(ids)
+        if self.kind == "byte":  # a window may cut a character: show it as U+FFFD
+            return bytes(ids).decode("utf-8", errors="replace")
         toks = [self.vocab[i] for i in ids]
         if self.kind == "char":
             return "".join(toks)
@@ -140,7 +183,11 @@ class Tokenizer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {path} not found")
-        d = json.loads(path.read_text(encoding="utf-8"))
+        from dca_theory.io import read_json
+
+        d = read_json(path)
+        if not isinstance(d, dict) or not {"kind", "vocab", "spec"} <= d.keys():
+            raise ValueError(f"{path}: expected an object with keys kind, vocab, spec")
         return cls(kind=d["kind"], vocab=tuple(d["vocab"]), spec=d["spec"])
 
 
@@ -218,6 +265,45 @@ def load_shakespeare(root: Path) -> Corpus:
     return Corpus("shakespeare", tok, ids[:a], ids[a:b], ids[b:])
 
 
+def load_ptb_char(root: Path) -> Corpus:
+    texts = {s: read_text(root / "ptb" / f"ptb.{s}.txt",
+                          expected_sha256=SHA256[f"ptb/ptb.{s}.txt"]) for s in SPLITS}
+    tok = Tokenizer(kind="char", vocab=tuple(sorted(set(texts["train"]))))
+    for s, text in texts.items():
+        unknown = sorted(set(text) - set(tok.vocab))
+        if unknown:
+            raise ValueError(f"ptb/ptb.{s}.txt holds characters {unknown!r} that are not in "
+                             f"the {len(tok.vocab)}-character vocabulary of ptb/ptb.train.txt")
+    return Corpus("ptb-char", tok, *(tok.encode(texts[s]) for s in SPLITS))
+
+
+def _stdlib_bytes(root: Path) -> dict[str, bytes]:
+    return {s: read_xz_bytes(root / STDLIB_DIR / f"{s}.txt.xz",
+                             expected_sha256=SHA256[f"{STDLIB_DIR}/{s}.txt.xz"]) for s in SPLITS}
+
+
+def load_stdlib_bytes(root: Path) -> Corpus:
+    ids = {s: np.frombuffer(b, dtype=np.uint8).astype(np.int32)
+           for s, b in _stdlib_bytes(root).items()}
+    return Corpus("python-stdlib", Tokenizer(kind="byte"), *(ids[s] for s in SPLITS))
+
+
+def load_stdlib_bpe(root: Path, vocab_size: int) -> Corpus:
+    """Byte-level BPE over the standard library: trained once, then read from the cache."""
+    folder = cache_dir() / (f"python-stdlib-bpe{vocab_size}-"
+                            f"{SHA256[f'{STDLIB_DIR}/train.txt.xz'][:12]}")
+    ids = load_cached_ids(folder)
+    if ids is not None and (folder / "tokenizer.json").is_file():
+        tok = Tokenizer.load(folder / "tokenizer.json")
+    else:
+        texts = {s: b.decode("utf-8") for s, b in _stdlib_bytes(root).items()}
+        tok = train_bpe(texts["train"][:BPE_TRAIN_CHARS], vocab_size)
+        ids = {s: tok.encode(t) for s, t in texts.items()}
+        save_cached_ids(folder, ids)
+        tok.save(folder / "tokenizer.json")
+    return Corpus("python-stdlib-bpe", tok, *(ids[s] for s in SPLITS))
+
+
 def load_text_file(path: Path, *, bpe_vocab_size: int,
                    tokenizer: Tokenizer | None = None) -> Corpus:
     """Any UTF-8 file through byte-level BPE; ``tokenizer`` reuses a saved one (resuming)."""
@@ -230,12 +316,20 @@ def load_text_file(path: Path, *, bpe_vocab_size: int,
 
 def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size: int = 8192,
                 tokenizer: Tokenizer | None = None) -> Corpus:
-    """``name`` is ``"ptb"``, ``"shakespeare"`` or a path to a UTF-8 text file."""
+    """``name`` is one of :data:`KNOWN_CORPORA` or a path to a UTF-8 text file."""
     if name in KNOWN_CORPORA:
         root = resolve_data_dir(data_dir)
+        if name == "ptb-char":
+            return load_ptb_char(root)
+        if name == "python-stdlib":
+            return load_stdlib_bytes(root)
+        if name == "python-stdlib-bpe":
+            return load_stdlib_bpe(root, bpe_vocab_size)
         return load_ptb(root) if name == "ptb" else load_shakespeare(root)
     path = Path(name)
-    if path.is_file() or path.suffix or path.parent != Path("."):
+    if path.is_file() or path.is_dir() or path.suffix or path.parent != Path("."):
+        if path.is_dir():
+            raise ValueError(f"text corpus {path} is a directory; give a UTF-8 text file")
         if not path.is_file():
             raise FileNotFoundError(f"text corpus {path} not found (looked in "
                                     f"{path.resolve().parent})")
@@ -249,11 +343,16 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, bpe_vocab_size
 
 def check_seq_len(corpus: Corpus, seq_len: int) -> None:
     """Every split must hold at least one window of ``seq_len + 1`` tokens."""
-    for split in ("train", "valid", "test"):
-        n = len(corpus.split(split))
-        if n < seq_len + 1:
-            raise ValueError(f"seq_len {seq_len} is longer than the {split} split of "
-                             f"{corpus.name} ({n} tokens); use seq_len <= {n - 1}")
+    sizes = {split: len(corpus.split(split)) for split in ("train", "valid", "test")}
+    split = min(sizes, key=sizes.get)
+    n = sizes[split]
+    if n < 2:
+        raise ValueError(f"the {split} split of {corpus.name} has {n} token(s); every split "
+                         "needs at least 2 (valid and test are each 5 % of a text file): use a "
+                         "longer corpus")
+    if n < seq_len + 1:
+        raise ValueError(f"seq_len {seq_len} is longer than the {split} split of "
+                         f"{corpus.name} ({n} tokens); use seq_len <= {n - 1}")
 
 
 def train_batch(tokens: np.ndarray, *, seq_len: int, batch_size: int, seed: int,

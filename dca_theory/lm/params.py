@@ -80,3 +80,25 @@ def overhead(cfg: ModelConfig) -> int:
 def param_count(cfg: ModelConfig) -> int:
     """Closed-form parameter count of ``build_model(cfg)``."""
     return _vanilla(cfg) + overhead(cfg)
+
+
+def non_embedding_count(cfg: ModelConfig) -> int:
+    """Parameters outside the token embedding and the output projection (weights and bias):
+    the trunk whose size the scaling laws count (``N`` of ``E + A N^-alpha``)."""
+    return param_count(cfg) - cfg.vocab_size * cfg.d_model - (cfg.d_model * cfg.vocab_size
+                                                               + cfg.vocab_size)
+
+
+def matched_vanilla_d_mlp(cfg: ModelConfig) -> tuple[int, int]:
+    """``(d_mlp, mismatch)``: the MLP width at which vanilla at ``cfg``'s width and depth has
+    the non-embedding parameter count of ``cfg`` (e.g. DCA) as nearly as an integer width
+    allows, and vanilla's count minus ``cfg``'s there. One more MLP unit adds ``T (2D + 1)``
+    parameters (a column of W_in, its bias, a row of W_out), so ``|mismatch| <= T (2D + 1) / 2``
+    (at depth 4: at most 0.5 % of DCA's trunk at width 16, 0.13 % at 64; for DCA with MLP 4x
+    width the mismatch is +32 parameters at widths 16, 32 and 64)."""
+    target = non_embedding_count(cfg)
+    vanilla = cfg.replace(residual="vanilla", k=None)
+    per_unit = cfg.n_layers * (2 * cfg.d_model + 1)
+    fixed = non_embedding_count(vanilla.replace(d_mlp=1)) - per_unit  # the trunk without MLP units
+    d_mlp = max(1, round((target - fixed) / per_unit))
+    return d_mlp, non_embedding_count(vanilla.replace(d_mlp=d_mlp)) - target

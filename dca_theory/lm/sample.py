@@ -71,8 +71,8 @@ def _check(model, prompt, n_tokens: int, max_len: int, temperature: float,
         raise ValueError("the prompt encodes to zero tokens; give a non-empty --prompt")
     if n_tokens < 0:
         raise ValueError(f"number of tokens must be >= 0, got {n_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not temperature >= 0 or temperature == float("inf"):  # also refuses nan
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
 

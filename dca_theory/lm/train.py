@@ -4,12 +4,18 @@ workdir)``.
 The work directory is the run: ``config.json`` (model + training config), ``tokenizer.json``,
 ``metrics.jsonl`` (one JSON line per logged step or evaluation), ``checkpoints/<step>/`` (orbax)
 and, once finished, ``summary.json``. Calling again on the same directory resumes from the
-newest checkpoint; because batches and dropout keys are pure functions of ``(seed, step)`` a
-resumed run ends with bitwise the same parameters as an uninterrupted one (on CPU).
+newest checkpoint that restores cleanly (a damaged newer one is named, moved to
+``damaged_checkpoints/`` and never deleted); because batches and dropout keys are pure functions
+of ``(seed, step)`` a resumed run ends with bitwise the same parameters as an uninterrupted one
+(on CPU). The history is idempotent: resuming (or rerunning a finished run) never repeats an
+evaluation line, redoes an evaluation at the checkpointed step if a kill lost it, and reuses the
+final evaluation if it was logged. A fresh start that fails before its first checkpoint removes
+the files it wrote (:class:`dca_theory.lm.run_files.StartFiles`).
 
 Metrics are pulled to the host one step late (the device is never idle waiting for the host);
-a non-finite loss or gradient stops the run with :class:`NonFiniteLossError`, keeping the last
-good checkpoint (checkpoints are only written after the step's metrics were checked).
+a non-finite loss or gradient, or non-finite parameters at a checkpoint, stop the run with
+:class:`NonFiniteLossError`, keeping the last good checkpoint (checkpoints are only written after
+the step's metrics and the parameters were checked).
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from pathlib import Path
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from dca_theory.io import atomic_write_text, environment, read_json, write_json
+from dca_theory.io import environment, write_json
 from dca_theory.lm import data as lm_data
+from dca_theory.lm import run_files
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
@@ -57,55 +65,21 @@ def resolve_configs(model_cfg: ModelConfig, train_cfg: LMTrainConfig,
     return model_cfg.replace(vocab_size=corpus.vocab_size), seq_len
 
 
-def _config_record(model_cfg: ModelConfig, train_cfg: LMTrainConfig) -> dict:
-    from dca_theory.io import to_jsonable
-
-    return {"model": to_jsonable(model_cfg), "train": to_jsonable(train_cfg)}
-
-
 def load_configs(workdir: str | Path) -> tuple[ModelConfig, LMTrainConfig]:
-    path = Path(workdir) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no training run in {workdir} (missing {path})")
-    record = read_json(path)
-    return ModelConfig(**record["model"]), LMTrainConfig(**record["train"])
+    """The run's configs from ``config.json``, validated (see :func:`run_files.load_record`)."""
+    model_cfg, train_cfg, _ = run_files.load_record(workdir)
+    return model_cfg, train_cfg
 
 
-def _check_resume_compatible(workdir: Path, model_cfg: ModelConfig,
-                             train_cfg: LMTrainConfig) -> None:
-    saved_model, saved_train = load_configs(workdir)
-    fixed = ("data", "seed", "batch_size", "grad_accum", "seq_len", "compute_dtype")
-    diffs = [f"model.{k}" for k, v in vars(saved_model).items() if getattr(model_cfg, k) != v]
-    diffs += [f"train.{k}" for k in fixed if getattr(train_cfg, k) != getattr(saved_train, k)]
-    if diffs:
-        raise ValueError(f"workdir {workdir} holds a run with a different {', '.join(diffs)}; "
-                         "resume with the same settings or choose a new --workdir")
-
-
-def _load_corpus(train_cfg: LMTrainConfig, workdir: Path,
+def _load_corpus(train_cfg: LMTrainConfig, workdir: Path | None,
                  init_from: Path | None = None) -> lm_data.Corpus:
-    tok_path = workdir / "tokenizer.json"
-    if not tok_path.is_file() and init_from is not None:
+    """The corpus, tokenised with the run's saved tokenizer when resuming (``workdir``)."""
+    tok_path = workdir / "tokenizer.json" if workdir is not None else None
+    if (tok_path is None or not tok_path.is_file()) and init_from is not None:
         tok_path = init_from / "tokenizer.json"  # a retrofitted model keeps its vocabulary
-    saved = lm_data.Tokenizer.load(tok_path) if tok_path.is_file() else None
+    saved = lm_data.Tokenizer.load(tok_path) if tok_path and tok_path.is_file() else None
     return lm_data.load_corpus(train_cfg.data, train_cfg.data_dir,
                                bpe_vocab_size=train_cfg.bpe_vocab_size, tokenizer=saved)
-
-
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    """On resume drop lines logged after the checkpoint we restart from."""
-    if not path.is_file():
-        return
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines()
-             if ln.strip() and json.loads(ln)["step"] <= last_step]
-    atomic_write_text(path, "".join(ln + "\n" for ln in lines))
-
-
-def _append_metrics(path: Path, record: dict) -> None:
-    from dca_theory.io import to_jsonable
-
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
 
 
 def evaluate_lm(eval_fn, params, tokens: np.ndarray, *, seq_len: int, batch_size: int, mesh,
@@ -116,6 +90,8 @@ def evaluate_lm(eval_fn, params, tokens: np.ndarray, *, seq_len: int, batch_size
                                       max_batches=max_batches):
         s, w = eval_fn(params, shd.put_batch(batch, mesh))
         nll, weight = nll + float(s), weight + float(w)
+    if weight == 0:
+        raise ValueError("cannot evaluate an empty split (0 tokens)")
     loss = nll / weight
     return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "tokens": int(weight)}
 
@@ -143,14 +119,20 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     continued as DCA / k-DCA / GRN); the optimiser state starts fresh. ``hooks`` are called with
     the number of completed steps after each step (tests use one to simulate a crash).
     """
-    train_cfg = train_cfg.validate()
     workdir = Path(workdir)
+    run_files.check_workdir(workdir)
+    train_cfg = train_cfg.validate()
+    train_cfg = train_cfg.replace(data=run_files.normalise_data(train_cfg.data))
     init_from = Path(init_from) if init_from is not None else None
-    resuming = (workdir / "config.json").is_file()
-    corpus = _load_corpus(train_cfg, workdir, init_from)
+    resuming = run_files.holds_run(workdir)
+    fingerprint = run_files.corpus_fingerprint(train_cfg.data)
+    if resuming:  # before the corpus is tokenised (the data, hence the saved tokenizer, set
+        # vocab_size): a changed setting fails at once
+        run_files.check_resume_compatible(workdir, model_cfg.replace(
+            vocab_size=load_configs(workdir)[0].vocab_size), train_cfg, fingerprint)
+    corpus = _load_corpus(train_cfg, workdir if resuming else None, init_from)
     model_cfg, seq_len = resolve_configs(model_cfg, train_cfg, corpus)
     if resuming:
-        _check_resume_compatible(workdir, model_cfg, train_cfg)
         done = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
         if done and max(done) > train_cfg.steps:
             raise ValueError(f"workdir {workdir} already holds a checkpoint at step {max(done)}"
@@ -161,12 +143,6 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     # (when resuming, the checkpoint restored below overrides this initial model)
     model = _initial_model(model_cfg, init_from, build, init_key)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    # Everything is validated (the model built): only now touch the work directory.
-    workdir.mkdir(parents=True, exist_ok=True)
-    write_json(workdir / "config.json", _config_record(model_cfg, train_cfg))
-    corpus.tokenizer.save(workdir / "tokenizer.json")
-    (workdir / "summary.json").unlink(missing_ok=True)
-
     optimizer = make_lm_optimizer(train_cfg)
     opt_state = optimizer.init(params)
     param_sh = shd.state_shardings(params, mesh, fsdp=train_cfg.fsdp)
@@ -174,52 +150,83 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     rep, batch_sh = shd.replicated(mesh), shd.batch_sharding(mesh)
     params, opt_state = shd.put_state(params, param_sh), shd.put_state(opt_state, opt_sh)
     rng = jax.device_put(rng, rep)
+    start = 0
+    if resuming:  # restore before writing anything: no checkpoint restoring is an error
+        start, (params, opt_state, rng) = run_files.resume(workdir, train_cfg,
+                                                           (params, opt_state, rng))
 
-    ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
-    start = ckpt.latest_step() or 0
-    if start:
-        (params, opt_state, rng), meta = ckpt.restore((params, opt_state, rng))
-        assert meta["data_step"] == start, "checkpoint data position disagrees with its step"
-    _truncate_metrics(workdir / "metrics.jsonl", start)
-
-    step_fn = jax.jit(make_train_step(static, optimizer, train_cfg),
-                      in_shardings=(param_sh, opt_sh, rep, batch_sh, rep),
-                      out_shardings=(param_sh, opt_sh, rep), donate_argnums=(0, 1))
-    eval_fn = jax.jit(make_eval_step(static, train_cfg), in_shardings=(param_sh, batch_sh),
-                      out_shardings=(rep, rep))
-    eval_kw = {"seq_len": seq_len, "batch_size": train_cfg.batch_size // train_cfg.grad_accum,
-               "mesh": mesh}
-    loop = _Loop(workdir, train_cfg, ckpt, start)
+    # Everything is validated (the model built, the checkpoint restored): only now write.
+    fresh = None if resuming else run_files.StartFiles(workdir)
+    ckpt = None
     try:
-        for step in range(start, train_cfg.steps):
-            batch = lm_data.train_batch(corpus.train, seq_len=seq_len,
-                                        batch_size=train_cfg.batch_size, seed=train_cfg.seed,
-                                        step=step)
-            params, opt_state, metrics = step_fn(params, opt_state, rng,
-                                                 shd.put_batch(batch, mesh), np.int32(step))
-            loop.push(step + 1, metrics)  # checks the *previous* step's metrics
-            done = step + 1
-            for hook in hooks:
-                hook(done)
-            if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
-                loop.flush()
-                ckpt.save(done, (params, opt_state, rng),
-                          {"step": done, "data_step": done, "seed": train_cfg.seed})
-                loop.last_good = done
-            if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
-                loop.flush()
-                result = evaluate_lm(eval_fn, params, corpus.valid, **eval_kw,
-                                     max_batches=train_cfg.eval_batches)
-                loop.log_eval(done, "valid", result)
-        loop.flush()
-    finally:
-        ckpt.wait()
-        ckpt.close()
-        loop.close()
-
-    final = {s: evaluate_lm(eval_fn, params, corpus.split(s), **eval_kw) for s in ("valid", "test")}
-    for split, result in final.items():
-        loop.log_eval(train_cfg.steps, split, result)
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_json(workdir / "config.json", run_files.config_record(model_cfg, train_cfg,
+                                                                    fingerprint))
+        corpus.tokenizer.save(workdir / "tokenizer.json")
+        (workdir / "summary.json").unlink(missing_ok=True)
+        # keep the history up to the checkpoint: later lines are redone, not repeated
+        history = run_files.rewrite_metrics(workdir / "metrics.jsonl",
+                                            lambda r: r["step"] <= start)
+        ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+        step_fn = jax.jit(make_train_step(static, optimizer, train_cfg),
+                          in_shardings=(param_sh, opt_sh, rep, batch_sh, rep),
+                          out_shardings=(param_sh, opt_sh, rep), donate_argnums=(0, 1))
+        eval_fn = jax.jit(make_eval_step(static, train_cfg), in_shardings=(param_sh, batch_sh),
+                          out_shardings=(rep, rep))
+        all_finite = jax.jit(lambda p: jnp.all(jnp.stack(
+            [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(p)])))
+        eval_kw = {"seq_len": seq_len, "batch_size": train_cfg.batch_size // train_cfg.grad_accum,
+                   "mesh": mesh}
+        loop = _Loop(workdir, train_cfg, ckpt, start, history)
+        try:
+            if (start and start % train_cfg.eval_every == 0 and start != train_cfg.steps
+                    and not any(r["step"] == start and "valid_loss" in r for r in history)):
+                # a kill between the checkpoint and its evaluation lost this point: redo it
+                loop.log_eval(start, "valid", evaluate_lm(
+                    eval_fn, params, corpus.valid, **eval_kw, max_batches=train_cfg.eval_batches))
+            for step in range(start, train_cfg.steps):
+                batch = lm_data.train_batch(corpus.train, seq_len=seq_len,
+                                            batch_size=train_cfg.batch_size,
+                                            seed=train_cfg.seed, step=step)
+                params, opt_state, metrics = step_fn(params, opt_state, rng,
+                                                     shd.put_batch(batch, mesh), np.int32(step))
+                loop.push(step + 1, metrics)  # checks the *previous* step's metrics
+                done = step + 1
+                for hook in hooks:
+                    hook(done)
+                if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
+                    loop.flush()
+                    if not bool(all_finite(params)):
+                        raise loop.non_finite(f"non-finite parameters after step {done}")
+                    ckpt.save(done, (params, opt_state, rng),
+                              {"step": done, "data_step": done, "seed": train_cfg.seed})
+                if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
+                    loop.flush()
+                    result = evaluate_lm(eval_fn, params, corpus.valid, **eval_kw,
+                                         max_batches=train_cfg.eval_batches)
+                    loop.log_eval(done, "valid", result)
+            loop.flush()
+        finally:
+            ckpt.wait()
+            loop.close()
+        final = {}
+        for split in ("valid", "test"):  # a final evaluation already logged is reused
+            final[split] = run_files.logged_eval(history, train_cfg.steps, split)
+            if final[split] is None:
+                final[split] = evaluate_lm(eval_fn, params, corpus.split(split), **eval_kw)
+                loop.log_eval(train_cfg.steps, split, final[split])
+    except BaseException as err:
+        if ckpt is not None:
+            ckpt.wait()
+        finished = ckpt is not None and bool(ckpt.steps())
+        if ckpt is not None:
+            ckpt.close()
+        if fresh is not None and not finished:
+            fresh.remove()  # a start that failed before its first checkpoint leaves nothing
+        if run_files.out_of_memory(err):
+            raise MemoryError(run_files.memory_message(err, workdir, ckpt, finished)) from None
+        raise
+    ckpt.close()
     summary = {
         "steps": train_cfg.steps, "resumed_from": start, "seq_len": seq_len,
         "init_from": str(init_from) if init_from is not None else None,
@@ -237,13 +244,15 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
 class _Loop:
     """Host-side bookkeeping: delayed metric fetch, NaN guard, JSON lines, progress bar."""
 
-    def __init__(self, workdir: Path, cfg: LMTrainConfig, ckpt: Checkpointer, start: int):
+    def __init__(self, workdir: Path, cfg: LMTrainConfig, ckpt: Checkpointer, start: int,
+                 history: list[dict]):
         self.path, self.cfg, self.ckpt = workdir / "metrics.jsonl", cfg, ckpt
-        self.last_good, self.pending = start, None
-        self.last_loss = float("nan")
+        self.pending = None
+        trained = [r for r in history if "loss" in r]  # a rerun of a finished run trains nothing
+        self.last_loss = float(trained[-1]["loss"]) if trained else float("nan")
         self.valid_history: list[tuple[int, float]] = [
-            (r["step"], r["valid_ppl"]) for r in _read_lines(self.path) if "valid_ppl" in r]
-        self.tokens_per_s = 0.0
+            (r["step"], r["valid_ppl"]) for r in history if "valid_ppl" in r]
+        self.tokens_per_s = float(trained[-1]["tokens_per_s"]) if trained else 0.0
         self._t, self._tokens = time.perf_counter(), 0.0
         self.bar = tqdm(total=cfg.steps, initial=start, disable=not cfg.progress,
                         unit="step", dynamic_ncols=True)
@@ -259,24 +268,30 @@ class _Loop:
         self.pending = None
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
         if not (np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])):
-            self.ckpt.wait()
-            raise NonFiniteLossError(
-                f"non-finite loss {m['loss']} / grad norm {m['grad_norm']} at step {step}; "
-                f"stopped. Last good checkpoint: step {self.last_good} in {self.ckpt.directory}")
+            raise self.non_finite(f"non-finite loss {m['loss']} / grad norm {m['grad_norm']} "
+                                  f"at step {step}")
         self.last_loss, self._tokens = m["loss"], self._tokens + m["tokens"]
         self.bar.update(1)
         if step % self.cfg.log_every == 0 or step == self.cfg.steps:
             now = time.perf_counter()
             self.tokens_per_s = self._tokens / max(now - self._t, 1e-9)
             self._t, self._tokens = now, 0.0
-            _append_metrics(self.path, {"step": step, "loss": m["loss"], "lr": m["lr"],
-                                        "grad_norm": m["grad_norm"],
-                                        "tokens_per_s": self.tokens_per_s})
+            run_files.append_metrics(self.path, {"step": step, "loss": m["loss"], "lr": m["lr"],
+                                                 "grad_norm": m["grad_norm"],
+                                                 "tokens_per_s": self.tokens_per_s})
             self.bar.set_postfix(loss=f"{m['loss']:.3f}", tok_s=f"{self.tokens_per_s:,.0f}")
 
+    def non_finite(self, what: str) -> NonFiniteLossError:
+        self.ckpt.wait()
+        last = self.ckpt.steps()
+        where = (f"Last good checkpoint: step {last[-1]} in {self.ckpt.directory}" if last else
+                 "No checkpoint had been written, so nothing was kept")
+        return NonFiniteLossError(f"{what}; stopped. {where}")
+
     def log_eval(self, step: int, split: str, result: dict) -> None:
-        _append_metrics(self.path, {"step": step, f"{split}_loss": result["loss"],
-                                    f"{split}_ppl": result["ppl"]})
+        run_files.append_metrics(self.path, {"step": step, f"{split}_loss": result["loss"],
+                                             f"{split}_ppl": result["ppl"],
+                                             f"{split}_tokens": result["tokens"]})
         if split == "valid":
             self.valid_history.append((step, result["ppl"]))
         self.bar.write(f"step {step}: {split} loss {result['loss']:.4f}, "
@@ -288,13 +303,13 @@ class _Loop:
 
 
 def _read_lines(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return run_files.read_metrics(path)
 
 
-def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int | None = None):
-    """The trained model of a run: ``(model, tokenizer, model_cfg, train_cfg)``."""
+def restore_run(workdir: str | Path, *, build: Builder = default_builder,
+                step: int | None = None, notify: Callable[[str], None] = print):
+    """``(model, tokenizer, model_cfg, train_cfg, step)`` of the newest checkpoint that restores
+    cleanly (damaged newer ones are named through ``notify``), or of checkpoint ``step``."""
     workdir = Path(workdir)
     model_cfg, train_cfg = load_configs(workdir)
     tokenizer = lm_data.Tokenizer.load(workdir / "tokenizer.json")
@@ -303,26 +318,49 @@ def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int
     opt_state = make_lm_optimizer(train_cfg).init(params)
     ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
     try:
-        (params, _, _), _ = ckpt.restore((params, opt_state, rng), step=step)
+        for folder in ckpt.unfinished():
+            notify(f"ignoring {folder}: a checkpoint save that a kill interrupted")
+        step, (params, _, _), _ = ckpt.restore_newest((params, opt_state, rng), step=step,
+                                                      notify=notify)
     finally:
         ckpt.close()
-    return eqx.combine(params, static), tokenizer, model_cfg, train_cfg
+    return eqx.combine(params, static), tokenizer, model_cfg, train_cfg, step
+
+
+def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int | None = None):
+    """The trained model of a run: ``(model, tokenizer, model_cfg, train_cfg)``."""
+    model, tokenizer, model_cfg, train_cfg, _ = restore_run(workdir, build=build, step=step)
+    return model, tokenizer, model_cfg, train_cfg
 
 
 def evaluate_run(workdir: str | Path, splits: Sequence[str] = ("valid", "test"), *,
                  data_dir: str | None = None, batch_size: int | None = None,
-                 build: Builder = default_builder) -> dict[str, dict[str, float]]:
-    """Perplexity of a run's newest checkpoint on whole splits (its own tokenizer and data)."""
-    model, tokenizer, model_cfg, train_cfg = load_run(workdir, build=build)
+                 build: Builder = default_builder, step: int | None = None,
+                 notify: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
+    """Perplexity of a run's newest restorable checkpoint (or checkpoint ``step``) on whole
+    splits, with its own tokenizer and data; each split's dict also holds the scored ``step``.
+    A non-finite loss (a diverged checkpoint) raises :class:`NonFiniteLossError`."""
+    if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+        raise ValueError(f"--batch-size must be an integer >= 1, got {batch_size}")
+    model, tokenizer, model_cfg, train_cfg, step = restore_run(workdir, build=build, step=step,
+                                                               notify=notify)
     if data_dir is not None:
         train_cfg = train_cfg.replace(data_dir=data_dir)
     corpus = lm_data.load_corpus(train_cfg.data, train_cfg.data_dir,
                                  bpe_vocab_size=train_cfg.bpe_vocab_size, tokenizer=tokenizer)
     seq_len = train_cfg.seq_len or model_cfg.max_len
+    lm_data.check_seq_len(corpus, seq_len)
     mesh = shd.make_mesh()
     batch_size = batch_size or train_cfg.batch_size // train_cfg.grad_accum
     shd.check_batch_divisible(batch_size, 1, mesh)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     eval_fn = jax.jit(make_eval_step(static, train_cfg))
-    return {s: evaluate_lm(eval_fn, params, corpus.split(s), seq_len=seq_len,
-                           batch_size=batch_size, mesh=mesh) for s in splits}
+    results = {}
+    for split in splits:
+        r = evaluate_lm(eval_fn, params, corpus.split(split), seq_len=seq_len,
+                        batch_size=batch_size, mesh=mesh)
+        if not math.isfinite(r["loss"]):
+            raise NonFiniteLossError(f"checkpoint step {step} in {workdir} scores a non-finite "
+                                     f"{split} loss ({r['loss']}): the run diverged")
+        results[split] = {**r, "step": step}
+    return results

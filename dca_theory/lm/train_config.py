@@ -9,6 +9,7 @@ run so that it finishes in minutes on a 2-core CPU (short warm-up, small batch, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
@@ -60,6 +61,27 @@ class LMTrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("data", "compute_dtype"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        if self.data_dir is not None and not isinstance(self.data_dir, str):
+            raise ValueError(f"data_dir must be a string or None, got {self.data_dir!r}")
+        for name in ("fsdp", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("seq_len", "eval_batches", "warmup_steps", "seed"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if not 0 <= self.seed < 2**31:  # numpy's SeedSequence and PRNGKey both accept these
+            raise ValueError(f"seed must be in [0, 2**31), got {self.seed}")
+        for name in ("lr", "b1", "b2", "eps", "weight_decay", "clip_norm"):
+            value = getattr(self, name)
+            if value is None and name == "clip_norm":
+                continue
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.seq_len is not None and self.seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
         if self.eval_batches is not None and self.eval_batches < 1:

@@ -77,10 +77,11 @@ def test_train_resume_eval_sample_end_to_end(tmp_path, corpus, capsys):
     assert main(argv + ["--steps", "2"]) == 0
     assert main(argv + ["--steps", "4"]) == 0  # same workdir: resumes from step 2
     out = capsys.readouterr().out
+    assert f"resuming from step 2 of 4 in {workdir}" in out  # said even with --no-progress
     assert "validation perplexity by step: 2:" in out and "4:" in out
     assert main(["lm", "eval", "--workdir", str(workdir), "--split", "test"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("test: loss ") and "perplexity" in out
+    assert out.startswith(f"checkpoint step 4 of {workdir}:\ntest: loss ") and "perplexity" in out
     sample = ["lm", "sample", "--workdir", str(workdir), "--prompt", "red green",
               "--tokens", "20", "--top-k", "3"]  # 20 tokens: past max_len 16, the window slides
     assert main(sample) == 0

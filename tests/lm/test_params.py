@@ -5,7 +5,7 @@ import jax
 import pytest
 
 from dca_theory import schemes
-from dca_theory.lm.config import PRESETS
+from dca_theory.lm.config import PRESETS, ModelConfig
 from dca_theory.lm.model import build_model
 from dca_theory.lm.params import count_params, param_count, traced_param_count
 
@@ -51,3 +51,19 @@ def test_abstract_count_allocates_nothing():
     shapes = eqx.filter_eval_shape(build_model, PAPER, key=jax.random.PRNGKey(0))
     assert all(isinstance(x, jax.ShapeDtypeStruct)
                for x in jax.tree_util.tree_leaves(shapes))
+
+
+@pytest.mark.parametrize("width", [16, 32, 64])
+def test_matched_vanilla_d_mlp_matches_dca_non_embedding_count(width):
+    from dca_theory.lm.params import matched_vanilla_d_mlp, non_embedding_count
+
+    dca = ModelConfig(vocab_size=50, max_len=64, d_model=width, n_heads=4, d_mlp=4 * width,
+                      n_layers=4, residual="dca")
+    d_mlp, mismatch = matched_vanilla_d_mlp(dca)
+    matched = dca.replace(residual="vanilla", d_mlp=d_mlp)
+    # the mismatch is what it says, and no other integer width comes closer
+    assert non_embedding_count(matched) - non_embedding_count(dca) == mismatch
+    per_unit = 4 * (2 * width + 1)
+    assert abs(mismatch) <= per_unit / 2 and d_mlp > 4 * width
+    # the closed form counts the trunk of the built model: embeddings and output excluded
+    assert traced_param_count(matched) - non_embedding_count(matched) == 50 * width * 2 + 50

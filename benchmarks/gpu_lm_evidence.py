@@ -1,0 +1,230 @@
+"""The GPU version of the evidence experiment's primary comparison (issue 16, item 6), in one call.
+
+Widths 32, 64, 128, 256 x {vanilla, DCA (default gate)} x 4 seeds trained at once per
+(width, arm) under ``jax.vmap``; pre-LN, depth 4, 4 heads, MLP 4x width, sequence 256, 64
+sequences per seed and step, 3052 steps = 50.0M training tokens per seed (``--tokens``),
+bfloat16 compute with float32 weights, the project's AdamW train step
+(:func:`dca_theory.lm.steps.make_train_step`: the paper's betas, eps and weight decay, linear
+warm-up over 5 % of the steps, then inverse square root), one learning rate for every width
+(``--lr``, not tuned per width: there is no time for a sweep inside the call).
+
+Data: the CPython standard library by **byte** (:mod:`dca_theory.lm.corpora`): 28M training
+bytes, so 50M tokens are 1.8 epochs, where PTB-char's 5.1M characters would be repeated 10
+times. Batches are drawn on the device (random windows, a key per seed, step and width), so no
+host work sits between the ``--chunk`` steps one compiled ``lax.scan`` runs.
+
+Measured per run: validation loss on the first ``--valid-tokens`` tokens of the split at
+about 0.5, 1, 2, 4, 8, 16, 32 and 50M tokens; at the end the whole validation and test
+splits; wall time and compilation time. Summary: per width, D = 100 (ln ppl_DCA - ln
+ppl_vanilla) per seed with its t-interval, and the slope of D on log2(width) with the
+seed-clustered CI of :func:`dca_theory.lab.statistics.seed_clustered_slope`. The JSON is
+rewritten after every run; ``--budget-s`` skips a run that would not finish in time (runs go
+narrow to wide, vanilla and DCA alternating, so what finishes is a complete prefix of widths).
+
+Command (device machine; the corpus travels in an ignored folder, e.g. ``.gpu_data``)::
+
+    PYTHONPATH=. DCA_DATA_DIR=.gpu_data python benchmarks/gpu_lm_evidence.py \
+        --json $OUT/gpu_lm_evidence.json
+
+``--smoke`` shrinks everything to a seconds-long CPU run (the test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lm_bench_common import emit, machine, save_partial  # noqa: E402
+
+from dca_theory.lab import statistics as st  # noqa: E402
+from dca_theory.lab.seeds import init_models, stack_models  # noqa: E402
+from dca_theory.lm import data as lm_data  # noqa: E402
+from dca_theory.lm.config import ModelConfig  # noqa: E402
+from dca_theory.lm.optim import make_lm_optimizer  # noqa: E402
+from dca_theory.lm.params import non_embedding_count  # noqa: E402
+from dca_theory.lm.steps import make_eval_step, make_train_step  # noqa: E402
+from dca_theory.lm.train_config import LMTrainConfig  # noqa: E402
+
+ARMS = {"vanilla": ("vanilla", "paper"), "dca": ("dca", "bias_inside")}
+CHECKPOINTS_M = (0.5, 1, 2, 4, 8, 16, 32, 50)
+
+
+def sample_batch(tokens, key, batch: int, seq: int) -> dict:
+    """Random windows of ``seq + 1`` tokens, drawn on the device."""
+    starts = jax.random.randint(key, (batch,), 0, tokens.shape[0] - seq - 1)
+    win = tokens[starts[:, None] + jnp.arange(seq + 1)[None, :]]
+    return {"inputs": win[:, :-1], "targets": win[:, 1:],
+            "weights": jnp.ones((batch, seq), jnp.float32)}
+
+
+def make_chunk(static, optimizer, tc: LMTrainConfig, n_steps: int):
+    """``chunk(params, opt_state, rng_S, data_key_S, step0, tokens)``: ``n_steps`` vmapped
+    train steps in one ``lax.scan``; returns the new state and every step's loss per seed.
+    (``tokens`` is an argument, not a closure: a captured array would be baked into the
+    compiled program as a constant.)"""
+    step_fn = jax.vmap(make_train_step(static, optimizer, tc), in_axes=(0, 0, 0, 0, None))
+
+    def chunk(params, opt_state, rng_S, data_key_S, step0, tokens):
+        draw = jax.vmap(lambda k: sample_batch(tokens, k, tc.batch_size, tc.seq_len))
+
+        def body(carry, i):
+            p, o = carry
+            step = step0 + i
+            batch = draw(jax.vmap(lambda k: jax.random.fold_in(k, step))(data_key_S))
+            p, o, m = step_fn(p, o, rng_S, batch, step)
+            return (p, o), m["loss"]
+
+        (params, opt_state), loss = jax.lax.scan(body, (params, opt_state),
+                                                 jnp.arange(n_steps, dtype=jnp.int32))
+        return params, opt_state, loss
+
+    return jax.jit(chunk, donate_argnums=(0, 1))
+
+
+def evaluate(eval_fn, params, tokens: np.ndarray, seq: int, batch: int) -> np.ndarray:
+    nll, weight = 0.0, 0.0
+    for b in lm_data.eval_batches(tokens, seq_len=seq, batch_size=batch):
+        s, w = eval_fn(params, b)
+        nll, weight = nll + np.asarray(s, np.float64), weight + np.asarray(w, np.float64)
+    return nll / weight
+
+
+def train_arm(arm: str, width: int, args, corpus) -> dict:
+    residual, gate = ARMS[arm]
+    cfg = ModelConfig(vocab_size=corpus.vocab_size, max_len=args.seq, d_model=width,
+                      n_heads=args.heads, d_mlp=4 * width, n_layers=args.depth,
+                      residual=residual, grn_gate=gate, dropout=0.0, attn_dropout=0.0)
+    steps = -(-args.tokens // (args.batch * args.seq))
+    steps = -(-steps // args.chunk) * args.chunk  # whole chunks
+    tc = LMTrainConfig(data="python-stdlib", batch_size=args.batch, seq_len=args.seq,
+                       steps=steps, lr=args.lr, warmup_steps=max(1, steps // 20),
+                       compute_dtype=args.dtype, progress=False)
+    seeds = tuple(range(args.seeds))
+    params, static = stack_models(init_models(cfg, seeds))
+    optimizer = make_lm_optimizer(tc)
+    opt_state = jax.vmap(optimizer.init)(params)
+    rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
+    data_S = jnp.stack([jax.random.PRNGKey(1000 + s) for s in seeds])
+    tokens = jnp.asarray(corpus.train)
+    chunk = make_chunk(static, optimizer, tc, args.chunk)
+    eval_fn = jax.jit(jax.vmap(make_eval_step(static, tc), in_axes=(0, None)))
+    valid_head = corpus.valid[: args.valid_tokens + 1]
+    tok_per_step = args.batch * args.seq
+    marks = sorted({max(1, round(m * 1e6 / tok_per_step / args.chunk)) * args.chunk
+                    for m in CHECKPOINTS_M if m * 1e6 <= args.tokens} | {steps})
+    start, history, losses, compile_s = time.perf_counter(), [], [], None
+    for step0 in range(0, steps, args.chunk):
+        t = time.perf_counter()
+        params, opt_state, loss = chunk(params, opt_state, rng_S, data_S, jnp.int32(step0),
+                                        tokens)
+        loss = np.asarray(loss)  # waits for the chunk
+        if compile_s is None:
+            compile_s = time.perf_counter() - t
+        losses.append(loss.mean(axis=0))
+        if not np.all(np.isfinite(loss)):
+            raise FloatingPointError(f"non-finite loss in {arm} width {width} near step {step0}")
+        done = step0 + args.chunk
+        if done in marks:
+            v = evaluate(eval_fn, params, valid_head, args.seq, args.eval_batch)
+            history.append({"step": done, "tokens": done * tok_per_step,
+                            "valid_head_loss": v.tolist()})
+    train_s = time.perf_counter() - start
+    final = {s: evaluate(eval_fn, params, getattr(corpus, s), args.seq, args.eval_batch)
+             for s in ("valid", "test")}
+    n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(
+        eqx.filter(params, eqx.is_inexact_array))))
+    return {"arm": arm, "width": width, "gate": gate, "params": n_params,
+            "non_embedding_params": non_embedding_count(cfg), "steps": steps,
+            "tokens_per_seed": steps * tok_per_step, "lr": args.lr, "train_s": train_s,
+            "compile_s": compile_s, "wall_s": time.perf_counter() - start,
+            "tokens_per_s": steps * tok_per_step * len(seeds) / train_s,
+            "valid_loss": final["valid"].tolist(), "test_loss": final["test"].tolist(),
+            "valid_ppl": np.exp(final["valid"]).tolist(),
+            "test_ppl": np.exp(final["test"]).tolist(), "history": history,
+            "train_loss_per_chunk": np.asarray(losses).tolist()}
+
+
+def summarise(runs: dict[tuple[str, int], dict], seeds: int) -> dict:
+    widths = sorted({w for a, w in runs if ("vanilla", w) in runs and ("dca", w) in runs})
+    per_width = {}
+    for w in widths:
+        d = st.log_ppl_gap(runs[("vanilla", w)]["test_ppl"], runs[("dca", w)]["test_ppl"])
+        per_width[str(w)] = st.paired(np.zeros_like(d), d)
+    out = {"test_D": per_width, "slope": None}
+    if len(widths) >= 2:
+        x = [np.log2(w) for w in widths for _ in range(seeds)]
+        y = [v for w in widths for v in per_width[str(w)]["per_seed"]]
+        out["slope"] = st.seed_clustered_slope(x, y, list(range(seeds)) * len(widths))
+    return out
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128, 256])
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=50_000_000, help="training tokens per seed")
+    p.add_argument("--batch", type=int, default=64, help="sequences per seed and step")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--chunk", type=int, default=100, help="steps per compiled scan")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    p.add_argument("--valid-tokens", type=int, default=1_000_000)
+    p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--budget-s", type=float, default=560.0)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: test the script on CPU")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.widths, args.seeds, args.tokens, args.batch, args.seq = [8, 16], 2, 2048, 4, 16
+        args.depth, args.heads = 2, 2
+        args.chunk, args.valid_tokens, args.eval_batch, args.dtype = 8, 512, 8, "float32"
+    for name in ("seeds", "depth", "heads", "tokens", "batch", "seq", "chunk", "valid_tokens",
+                 "eval_batch"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got "
+                             f"{getattr(args, name)}")
+    bad = [w for w in args.widths if w < 1 or w % args.heads]
+    if bad:
+        raise SystemExit(f"error: width {bad[0]} must be >= 1 and divisible by --heads "
+                         f"{args.heads}")
+    corpus = lm_data.load_corpus("python-stdlib")
+    if args.smoke:  # the first 64k bytes of each split are plenty for a dry run
+        corpus = lm_data.Corpus(corpus.name, corpus.tokenizer, corpus.train[:65536],
+                                corpus.valid[:4096], corpus.test[:4096])
+    record = {"benchmark": "gpu_lm_evidence", "args": vars(args), "machine": machine(),
+              "runs": {}, "skipped": []}
+    start, runs, longest = time.perf_counter(), {}, {}
+    for w in sorted(args.widths):
+        for arm in ARMS:
+            spent = time.perf_counter() - start
+            guess = longest.get(arm, 0.0) * 2.2  # a run costs about twice the narrower one's
+            if spent + guess > args.budget_s:
+                record["skipped"].append(f"{arm}-w{w}")
+                print(f"{arm} w{w}: skipped ({spent:.0f} s spent of {args.budget_s:.0f})",
+                      flush=True)
+                continue
+            r = train_arm(arm, w, args, corpus)
+            longest[arm] = r["wall_s"]
+            runs[(arm, w)] = r
+            record["runs"][f"{arm}-w{w}"] = r
+            record["summary"] = summarise(runs, args.seeds)
+            print(f"{arm:8s} w{w:<4d} test ppl {np.round(r['test_ppl'], 4).tolist()}  "
+                  f"{r['tokens_per_s']:,.0f} tok/s  compile {r['compile_s']:.1f}s  "
+                  f"wall {r['wall_s']:.0f}s", flush=True)
+            save_partial(record, args.json)
+    record["total_s"] = time.perf_counter() - start
+    return emit(record, args.json)
+
+
+if __name__ == "__main__":
+    main()

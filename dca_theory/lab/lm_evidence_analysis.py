@@ -1,0 +1,170 @@
+"""The statistics of the evidence experiment (issue 16) from its cached runs, and the
+pre-registered decision rule (``paper/05_lm/evidence_design.md``).
+
+``D = 100 (ln ppl_arm - ln ppl_base)`` per seed (whole-split test perplexity unless said
+otherwise); negative: the arm is better. Comparisons (:data:`COMPARISONS`) are paired by seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dca_theory.lab import statistics as st
+
+#: (arm, base): the primary comparison first
+COMPARISONS: tuple[tuple[str, str], ...] = (("dca", "vanilla"), ("dca_paper", "vanilla"),
+                                            ("dca", "vanilla_matched"),
+                                            ("dca_paper", "vanilla_matched"),
+                                            ("dca", "dca_paper"),
+                                            ("vanilla_matched", "vanilla"))
+PRIMARY = ("dca", "vanilla")
+#: the slope (D points per doubling of width) below whose CI upper bound the paper's shrinkage
+#: counts as contradicted at this scale; why 0.25: the design document
+MARGIN_PER_DOUBLING = 0.25
+VANILLA_ARMS: tuple[str, ...] = ("vanilla", "vanilla_matched")
+
+
+def _name(arm: str, base: str) -> str:
+    return f"{arm}-{base}"
+
+
+def per_width_gaps(records: dict[tuple[str, int], dict], arm: str, base: str,
+                   split: str = "test") -> dict[str, dict]:
+    """Per width with both arms: per-seed D, its mean, t-interval and p-value, and the
+    Holm-adjusted p-value over the widths of this comparison."""
+    out = {}
+    for w in sorted({w for _, w in records}):
+        if (arm, w) in records and (base, w) in records:
+            d = st.log_ppl_gap(records[(base, w)][f"{split}_ppl"],
+                               records[(arm, w)][f"{split}_ppl"])
+            out[str(w)] = st.paired(np.zeros_like(d), d)  # one-sample t-test of D
+    adjusted = st.holm([r["p_value"] for r in out.values()])
+    for r, p in zip(out.values(), adjusted):
+        r["p_holm"] = p
+    return out
+
+
+def slope(gaps: dict[str, dict], seeds) -> dict | None:
+    """D against log2(width), seed-clustered (None with fewer than 2 widths)."""
+    if len(gaps) < 2:
+        return None
+    x, y, s = [], [], []
+    for w, r in gaps.items():
+        x += [np.log2(int(w))] * len(r["per_seed"])
+        y += r["per_seed"]
+        s += list(seeds)
+    return st.seed_clustered_slope(x, y, s)
+
+
+def decision(primary_slope: dict | None, matched: dict[str, dict]) -> dict:
+    """The pre-registered rule: *supported* if the slope's 95 % CI lies above 0 (the gain
+    shrinks with width, the paper's direction) and DCA beats the parameter-matched vanilla at
+    the two smallest widths (95 % CI of D below 0 at each); *contradicted at this scale* if
+    the CI's upper bound lies below the margin; otherwise *inconclusive*."""
+    if primary_slope is None:
+        return {"verdict": "not computed", "reason": "fewer than 2 widths"}
+    lo, hi = primary_slope["ci"]
+    smallest = sorted(matched, key=int)[:2]
+    matched_negative = len(smallest) == 2 and all(
+        matched[w]["ci95"] is not None and matched[w]["ci95"][1] < 0 for w in smallest)
+    if lo > 0 and matched_negative:
+        verdict = "supported"
+    elif hi < MARGIN_PER_DOUBLING:
+        verdict = "contradicted at this scale"
+    else:
+        verdict = "inconclusive"
+    return {"verdict": verdict, "slope": primary_slope["slope"], "ci": [lo, hi],
+            "margin_per_doubling": MARGIN_PER_DOUBLING, "ci_above_zero": lo > 0,
+            "matched_gain_negative_at": smallest if matched_negative else [],
+            "matched_widths_checked": smallest}
+
+
+def power_law(records: dict[tuple[str, int], dict], n_params: dict[tuple[str, int], int]) -> dict:
+    """The vanilla fit ``ln ppl = E + A N^-alpha`` over the vanilla and parameter-matched
+    runs (seed-mean test ln ppl, N non-embedding) and each DCA arm's effective-parameter
+    multiplier per width."""
+    pts = [(n_params[k], float(np.mean(np.log(r["test_ppl"])))) for k, r in records.items()
+           if k[0] in VANILLA_ARMS]
+    try:
+        fit = st.fit_power_law([n for n, _ in pts], [y for _, y in pts])
+    except (ValueError, RuntimeError) as err:  # too few points, or no convergence
+        return {"fit": None, "reason": str(err)}
+    mult = {f"{arm}-w{w}": st.effective_param_multiplier(
+                fit, n_params[(arm, w)], float(np.mean(np.log(r["test_ppl"]))))
+            for (arm, w), r in records.items() if arm not in VANILLA_ARMS}
+    return {"fit": fit, "multiplier": mult}
+
+
+def trajectory(records: dict[tuple[str, int], dict], arm: str, base: str,
+               tokens_per_step: int) -> dict[str, list[dict]]:
+    """Per width: D on the whole validation split at every evaluation along the way."""
+    out = {}
+    for w in sorted({w for _, w in records}):
+        if (arm, w) not in records or (base, w) not in records:
+            continue
+        hist = {h["step"]: h["valid_ppl"] for h in records[(base, w)]["valid_history"]}
+        points = []
+        for h in records[(arm, w)]["valid_history"]:
+            if h["step"] in hist:
+                d = st.log_ppl_gap(hist[h["step"]], h["valid_ppl"])
+                points.append({"step": h["step"], "tokens": h["step"] * tokens_per_step,
+                               "D_mean": float(d.mean()), "D_per_seed": d.tolist()})
+        out[str(w)] = points
+    return out
+
+
+def cumulative_eval_times(curves: dict[str, np.ndarray]) -> np.ndarray:
+    """Wall seconds of training up to each evaluation, the first step's compilation replaced
+    by the median step (evaluation time itself excluded: it is the same for every arm)."""
+    t = curves["step_time"].astype(float).copy()
+    if t.size > 1:
+        t[0] = np.median(t[1:])
+    return np.cumsum(t)[curves["eval_steps"] - 1]
+
+
+def equal_time(curves: dict[tuple[str, int], dict], arm: str, base: str) -> dict[str, dict]:
+    """Per width: D on the validation curves at the wall-clock time both runs reached (each
+    run's own logged step times)."""
+    out = {}
+    for w in sorted({w for _, w in curves}):
+        if (arm, w) not in curves or (base, w) not in curves:
+            continue
+        a, b = curves[(base, w)], curves[(arm, w)]
+        ta, tb = cumulative_eval_times(a), cumulative_eval_times(b)
+        if min(ta[-1], tb[-1]) < max(ta[0], tb[0]):  # one run ended before the other's 1st eval
+            out[str(w)] = {"time_s": None, "D_per_seed": None, "D_mean": None,
+                           "time_ratio": float(tb[-1] / ta[-1]),
+                           "reason": "the curves do not overlap in time"}
+            continue
+        per_seed = [st.gap_at_equal_time(ta, a["eval_valid_loss"][:, i], tb,
+                                         b["eval_valid_loss"][:, i])
+                    for i in range(a["eval_valid_loss"].shape[1])]
+        out[str(w)] = {"time_s": per_seed[0]["time_s"],
+                       "D_per_seed": [g["D"] for g in per_seed],
+                       "D_mean": float(np.mean([g["D"] for g in per_seed])),
+                       "time_ratio": float(tb[-1] / ta[-1])}
+    return out
+
+
+def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int], dict],
+              n_params: dict[tuple[str, int], int], seeds, tokens_per_step: int,
+              primary: bool) -> dict:
+    """Every comparison of one dataset's grid; with ``primary`` the slope, the power law and
+    the decision too."""
+    comps = {}
+    for arm, base in COMPARISONS:
+        gaps = per_width_gaps(records, arm, base)
+        if not gaps:
+            continue
+        comps[_name(arm, base)] = {
+            "test_D": gaps, "valid_D": per_width_gaps(records, arm, base, "valid"),
+            "slope": slope(gaps, seeds),
+            "trajectory": trajectory(records, arm, base, tokens_per_step),
+            "equal_time": equal_time(curves, arm, base)}
+    out = {"comparisons": comps}
+    if primary:
+        main = comps.get(_name(*PRIMARY), {})
+        matched = comps.get(_name("dca", "vanilla_matched"), {}).get("test_D", {})
+        out["decision"] = decision(main.get("slope"), matched)
+        out["power_law"] = power_law(records, n_params)
+    return out

@@ -1,0 +1,90 @@
+"""The evidence experiment's primary result (``experiments/lm_evidence``, issue 16).
+
+(a) D = 100 (ln ppl_arm - ln ppl_vanilla) on the test split against width, per comparison
+    (DCA with the default gate, DCA with the paper's gate, DCA against the parameter-matched
+    vanilla): per seed (dots) and mean with its 95 % t-interval; the primary comparison's
+    seed-clustered slope and its CI in the title.
+(b) D of the primary comparison on the whole validation split along training, against
+    training tokens (log scale), one line per width (mean over seeds).
+Reads ``results_dir/lm_evidence/summary.json`` only; returns [] when it is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_color
+
+KIND = "experiment"
+NAME = "fig_lm_evidence"
+#: comparison -> (label, colour)
+SHOWN = {"dca-vanilla": ("DCA (default gate) - vanilla", scheme_color("dca")),
+         "dca_paper-vanilla": ("DCA (paper gate) - vanilla", "#7f7f7f"),
+         "dca-vanilla_matched": ("DCA - param.-matched vanilla", "#d62728")}
+PRIMARY = "dca-vanilla"
+
+
+def rows_of(summary: dict) -> list[dict]:
+    """One CSV row per (comparison, width) of the primary dataset."""
+    data = summary["datasets"].get(summary["primary_data"], {})
+    rows = []
+    for comp, c in data.get("comparisons", {}).items():
+        for w, g in c["test_D"].items():
+            rows.append({"comparison": comp, "width": int(w), "D_mean": g["mean"],
+                         "ci_low": (g["ci95"] or [None, None])[0],
+                         "ci_high": (g["ci95"] or [None, None])[1], "p_holm": g["p_holm"],
+                         "n_seeds": g["n"]})
+    return rows
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    summary = saved_summary(results_dir, "lm_evidence")
+    if summary is None:
+        return []
+    data = summary["datasets"].get(summary["primary_data"])
+    if not data:
+        return []
+    comps = data["comparisons"]
+    fig, (ax_w, ax_t) = figure(2, height=2.6)
+    for j, (comp, (label, colour)) in enumerate(SHOWN.items()):
+        if comp not in comps:
+            continue
+        widths = sorted(comps[comp]["test_D"], key=int)
+        x = np.log2([int(w) for w in widths]) + 0.08 * (j - 1)
+        for xi, w in zip(x, widths):
+            g = comps[comp]["test_D"][w]
+            ax_w.scatter([xi] * len(g["per_seed"]), g["per_seed"], s=6, color=colour, alpha=0.4)
+        mean = [comps[comp]["test_D"][w]["mean"] for w in widths]
+        ci = [comps[comp]["test_D"][w]["ci95"] or [m, m] for w, m in zip(widths, mean)]
+        err = np.array([[m - lo for m, (lo, _) in zip(mean, ci)],
+                        [hi - m for m, (_, hi) in zip(mean, ci)]])
+        ax_w.errorbar(x, mean, yerr=err, color=colour, marker="o", ms=3, capsize=2,
+                      label=label)
+    ax_w.axhline(0, color="k", lw=0.6)
+    ax_w.set_xticks(np.log2([int(w) for w in sorted(comps[PRIMARY]["test_D"], key=int)]))
+    ax_w.set_xticklabels(sorted(comps[PRIMARY]["test_D"], key=int))
+    ax_w.set_xlabel("width")
+    ax_w.set_ylabel("D (100 x log-ppl gap, test)")
+    slope = comps[PRIMARY]["slope"]
+    decision = data.get("decision", {})
+    if slope:
+        ax_w.set_title(f"slope {slope['slope']:+.2f} [{slope['ci'][0]:+.2f}, "
+                       f"{slope['ci'][1]:+.2f}] per doubling: {decision.get('verdict', '')}",
+                       fontsize=7)
+    ax_w.legend(fontsize=6)
+    for i, (w, points) in enumerate(sorted(comps[PRIMARY]["trajectory"].items(),
+                                           key=lambda kv: int(kv[0]))):
+        if points:
+            ax_t.plot([p["tokens"] for p in points], [p["D_mean"] for p in points],
+                      marker="o", ms=2, color=SWEEP_COLORS[i % len(SWEEP_COLORS)],
+                      label=f"width {w}")
+    ax_t.axhline(0, color="k", lw=0.6)
+    ax_t.set_xscale("log")
+    ax_t.set_xlabel("training tokens")
+    ax_t.set_ylabel("D (validation), DCA - vanilla")
+    ax_t.legend(fontsize=6)
+    return save(fig, out_dir, NAME, rows=rows_of(summary),
+                data={"trajectory": comps[PRIMARY]["trajectory"],
+                      "decision": decision})

@@ -1,0 +1,125 @@
+"""lm_evidence (issue 16): its settings and specs (fast), its statistics on synthetic records,
+and (slow) the quick mode end to end with the figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dca_theory.cli import main as cli_main
+from dca_theory.lab import lm_evidence as E
+from dca_theory.lab import lm_evidence_analysis as A
+from dca_theory.lm.params import non_embedding_count
+
+
+def test_full_grid_arms_widths_budget_and_matched_arm():
+    s = E.EvidenceSettings.preset(False)
+    specs = E.grid_specs(s, False, {w: 2e-3 for w in s.widths})
+    primary = {k: v for k, v in specs.items() if k[0] == "ptb-char"}
+    assert len(primary) == 12 and len(s.seeds) >= 4
+    for (_, arm, w), spec in primary.items():
+        t = spec.train
+        assert t.steps * t.batch_size * t.seq_len >= 8_000_000 and t.eval_batches is None
+        assert spec.model.n_layers == 4 and spec.model.d_model == w and spec.final_batches is None
+    # the matched arm's trunk is DCA's to within half an MLP unit (4 (2D + 1) / 2)
+    for w in s.widths:
+        dca = primary[("ptb-char", "dca", w)].model.replace(vocab_size=50)
+        matched = primary[("ptb-char", "vanilla_matched", w)].model.replace(vocab_size=50)
+        assert abs(non_embedding_count(matched) - non_embedding_count(dca)) <= 2 * (2 * w + 1)
+        assert primary[("ptb-char", "dca", w)].model.grn_gate == "bias_inside"
+        assert primary[("ptb-char", "dca_paper", w)].model.grn_gate == "paper"
+    assert {k[0] for k in specs} == {"ptb-char", "python-stdlib", "python-stdlib-bpe"}
+
+
+@pytest.mark.parametrize("item, message", [
+    ("arms=vanilla,dcaa", "unknown arm 'dcaa'; valid: vanilla, dca, dca_paper, vanilla_matched"),
+    ("arms=dca,dca_paper", "arms must include vanilla"),
+    ("lr_by_width=1e-3", "lr_by_width needs one rate per width (2), got 1"),
+    ("secondary_width=32", "secondary_width 32 must be one of widths 8,16"),
+    ("widths=8,15", "width 15 is not divisible by n_heads=2"),
+    ("sweep_seeds=0,0", "sweep_seeds must be distinct integers >= 0, got 0,0"),
+    ("lr_by_width=1e-3,0", "lr_by_width must be rates > 0, got 0.001,0.0"),
+])
+def test_bad_settings_are_one_line_errors(item, message, capsys):
+    assert cli_main(["run", "lm_evidence", "--quick", "--set", item, "--show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def _record(ppl_by_seed, history=()):
+    ppl = np.asarray(ppl_by_seed, float)
+    return {"test_ppl": ppl.tolist(), "valid_ppl": ppl.tolist(),
+            "valid_history": [{"step": s, "valid_ppl": (ppl * f).tolist()} for s, f in history]}
+
+
+def test_decision_rule_on_synthetic_records():
+    # D(dca - vanilla) = -2, -1, 0 points at widths 16, 32, 64 for every seed but with seed
+    # noise, so the slope is +1 per doubling; DCA beats the matched arm by 1 point everywhere
+    rng = np.random.default_rng(0)
+    records = {}
+    for i, w in enumerate((16, 32, 64)):
+        base = 3.0 + rng.normal(0, 0.01, 6)
+        noise = rng.normal(0, 0.05, 6)
+        records[("vanilla", w)] = _record(np.exp(base))
+        records[("dca", w)] = _record(np.exp(base + (-2 + i + noise) / 100))
+        records[("vanilla_matched", w)] = _record(np.exp(base + (-1 + i + noise) / 100 + 0.01))
+    gaps = A.per_width_gaps(records, "dca", "vanilla")
+    assert gaps["16"]["mean"] == pytest.approx(-2, abs=0.1)
+    slope = A.slope(gaps, range(6))
+    assert slope["slope"] == pytest.approx(1.0, abs=0.1) and slope["ci"][0] > 0
+    matched = A.per_width_gaps(records, "dca", "vanilla_matched")
+    assert A.decision(slope, matched)["verdict"] == "supported"
+    flat = {"slope": 0.02, "ci": [-0.1, 0.1]}
+    assert A.decision(flat, matched)["verdict"] == "contradicted at this scale"
+    assert A.decision({"slope": 0.3, "ci": [-0.1, 0.7]}, matched)["verdict"] == "inconclusive"
+    # Holm over the three widths never lowers a p-value
+    assert all(g["p_holm"] >= g["p_value"] for g in gaps.values())
+
+
+def test_trajectory_and_equal_time_on_synthetic_curves():
+    records = {("vanilla", 16): _record([10.0, 10.0], [(1, 2.0), (2, 1.0)]),
+               ("dca", 16): _record([9.0, 9.0], [(1, 2.0), (2, 1.0)])}
+    traj = A.trajectory(records, "dca", "vanilla", tokens_per_step=100)
+    assert [p["tokens"] for p in traj["16"]] == [100, 200]
+    assert traj["16"][1]["D_mean"] == pytest.approx(100 * np.log(0.9), abs=1e-9)
+    # DCA's steps take twice as long: at vanilla's end (2 s) DCA has done 1 step
+    curves = {("vanilla", 16): {"step_time": np.array([5.0, 1.0]), "eval_steps": np.array([1, 2]),
+                                "eval_valid_loss": np.array([[2.0, 2.0], [1.5, 1.5]])},
+              ("dca", 16): {"step_time": np.array([9.0, 2.0]), "eval_steps": np.array([1, 2]),
+                            "eval_valid_loss": np.array([[1.9, 1.9], [1.4, 1.4]])}}
+    eq = A.equal_time(curves, "dca", "vanilla")["16"]
+    # vanilla: times 1, 2 (compilation replaced by the median); dca: 2, 4; common time 2 s
+    assert eq["time_s"] == 2.0 and eq["D_mean"] == pytest.approx(100 * (1.9 - 1.5))
+    assert eq["time_ratio"] == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
+    from dca_theory.io import read_json
+    from experiments import lm_evidence
+    from figures import fig_lm_evidence
+
+    monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
+    run = lm_evidence.main(quick=True, out=tmp_path / "results" / "lm_evidence")
+    s = read_json(run / "summary.json")
+    assert s["complete"] and set(s["lr_sweep"]) == {"8", "16"}
+    assert all(r["lr"] in (3e-3, 6e-3) for r in s["lr_sweep"].values())
+    assert set(s["datasets"]) == {"ptb-char", "python-stdlib"}
+    primary = s["datasets"]["ptb-char"]
+    assert len(primary["rows"]) == 8 and primary["decision"]["verdict"] in (
+        "supported", "contradicted at this scale", "inconclusive")
+    d = primary["comparisons"]["dca-vanilla"]
+    assert [len(g["per_seed"]) for g in d["test_D"].values()] == [2, 2]
+    assert [p["tokens"] for p in d["trajectory"]["8"]] == [10 * 8 * 32, 20 * 8 * 32]
+    assert primary["power_law"]["fit"] is None or primary["power_law"]["fit"]["n_points"] == 4
+    paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+def test_equal_time_without_overlap_is_none_not_an_error():
+    curves = {("vanilla", 8): {"step_time": np.array([1.0, 1.0]), "eval_steps": np.array([1, 2]),
+                               "eval_valid_loss": np.array([[2.0], [1.5]])},
+              ("dca", 8): {"step_time": np.array([5.0, 5.0]), "eval_steps": np.array([1, 2]),
+                           "eval_valid_loss": np.array([[1.9], [1.4]])}}
+    eq = A.equal_time(curves, "dca", "vanilla")["8"]
+    assert eq["D_mean"] is None and eq["time_ratio"] == pytest.approx(5.0)
