@@ -181,7 +181,7 @@ def _cmd_sample(args) -> int:
         prompt = prompt[:-1]
     out = generate(model, prompt, args.tokens, max_len=model_cfg.max_len,
                    key=jax.random.PRNGKey(args.seed), temperature=args.temperature,
-                   top_k=args.top_k)
+                   top_k=args.top_k, cache=not args.no_cache)
     print(tokenizer.decode(out))
     return 0
 
@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--checkpoint-step", type=int, default=None, metavar="N",
                    help="sample from checkpoint N (default: the newest that restores cleanly)")
+    p.add_argument("--no-cache", action="store_true", help="rerun the model on the whole "
+                   "window for every token instead of decoding with a key/value cache (same "
+                   "tokens, slower)")
     p.set_defaults(func=_cmd_sample)
 
     p = sub.add_parser("info", help="parameter counts per residual kind",

@@ -82,9 +82,13 @@ def test_train_resume_eval_sample_end_to_end(tmp_path, corpus, capsys):
     assert main(["lm", "eval", "--workdir", str(workdir), "--split", "test"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"checkpoint step 4 of {workdir}:\ntest: loss ") and "perplexity" in out
-    assert main(["lm", "sample", "--workdir", str(workdir), "--prompt", "red green",
-                 "--tokens", "5", "--top-k", "3"]) == 0
-    assert capsys.readouterr().out.startswith("red green")
+    sample = ["lm", "sample", "--workdir", str(workdir), "--prompt", "red green",
+              "--tokens", "20", "--top-k", "3"]  # 20 tokens: past max_len 16, the window slides
+    assert main(sample) == 0
+    cached = capsys.readouterr().out
+    assert cached.startswith("red green")
+    assert main(sample + ["--no-cache"]) == 0  # the uncached sampler: the same text
+    assert capsys.readouterr().out == cached
     assert main(["lm", "sample", "--workdir", str(workdir), "--prompt", "",
                  "--tokens", "5"]) == 2
     assert "zero tokens" in _error_line(capsys)

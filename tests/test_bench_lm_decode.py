@@ -1,0 +1,55 @@
+"""Tests of ``benchmarks/lm_decode.py`` (cached decode latency and cache memory): its argument
+checks, and a dry run at tiny size whose record must hold every figure the README quotes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "lm_decode.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("lm_decode", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv, bad", [
+    (["--width", "100"], "--width"),
+    (["--rounds", "0"], "--rounds"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--tokens", "200", "--context", "128"], "--tokens"),
+])
+def test_bad_arguments_give_one_line_errors(bench, argv, bad):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    message = str(exc.value)
+    assert bad in message and "\n" not in message
+
+
+def test_defaults_are_the_issue_config(bench):
+    args = bench.parse_args([])
+    assert (args.depth, args.width, args.variants) == (24, 256, ["vanilla", "dca", "2-dca"])
+
+
+def test_quick_dry_run_writes_every_figure(bench, tmp_path):
+    path = tmp_path / "decode.json"
+    record = bench.main(["--quick", "--json", str(path)])
+    assert json.loads(path.read_text()) == json.loads(json.dumps(record))
+    q = bench.QUICK
+    for variant in ("vanilla", "dca", "2-dca"):
+        times = record["latency_s_per_token"][variant]
+        assert len(times) == q["rounds"] and all(t > 0 for t in times)
+        mem = record["memory"][variant]
+        # keys and values, per block, per context position: the same for every kind
+        assert mem["cache_bytes_per_context_token"] == 2 * q["depth"] * q["width"] * 4
+    stacks = {v: record["memory"][v]["stack_entries"] for v in ("vanilla", "dca", "2-dca")}
+    assert stacks == {"vanilla": 1, "dca": q["depth"] + 1, "2-dca": min(4, q["depth"] + 1)}
+    assert record["latency_2dca_over_dca"] > 0 and record["latency_2dca_over_dca_paired"] > 0
+    assert "loadavg_1_5_15" in record["machine_before"] and "machine_after" in record
