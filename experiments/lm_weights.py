@@ -149,10 +149,19 @@ def decay_only_factor(train_cfg) -> float:
     return float(np.prod(1.0 - eta * train_cfg.weight_decay))
 
 
-def analyse(models) -> dict:
-    """Bias profiles, shape checks and w statistics of one run's trained models (one per seed)."""
-    from dca_theory.lab.analysis import bias_profile, grn_weights
+def analyse(models, tokens_NxL=None) -> dict:
+    """Bias profiles, shape checks and w statistics of one run's trained models (one per seed);
+    with ``tokens_NxL`` (validation sequences) also what each GRN-v3 weights its entries by once
+    its gate acts (:func:`dca_theory.lab.analysis.effective_profile`), seed-averaged."""
+    from dca_theory.lab.analysis import bias_profile, effective_profile, grn_weights
 
+    effective = None
+    if tokens_NxL is not None:
+        per_seed = [effective_profile(m, tokens_NxL) for m in models]
+        effective = [{**rows[0], **{k: np.mean([r[k] for r in rows], axis=0).tolist()
+                                    for k in ("median_coefficient", "mean_gate_input",
+                                              "mean_abs_gate_input", "frac_switched_off")}}
+                     for rows in zip(*per_seed)]
     profiles = [bias_profile(m) for m in models]
     checks = [shape_check(r["median"]) for prof in profiles for r in prof]
     return {"profiles_per_seed": profiles, "profile_seed_mean": seed_mean_profiles(profiles),
@@ -160,7 +169,8 @@ def analyse(models) -> dict:
             "shape_output_grn": aggregate_checks(
                 [shape_check(r["median"]) for prof in profiles for r in prof
                  if r["grn"] == "output"]),
-            "w": w_stats([grn_weights(m) for m in models])}
+            "w": w_stats([grn_weights(m) for m in models]),
+            "effective_seed_mean": effective}
 
 
 def weight_specs(quick: bool, settings: WeightsSettings | None = None) -> dict:
@@ -175,6 +185,19 @@ def weight_specs(quick: bool, settings: WeightsSettings | None = None) -> dict:
         out[row] = ablation.get(row) or spec(row, s.train.data, quick, grid=grid, residual=kind,
                                              grn_gate=gate)
     return out
+
+
+#: validation sequences the effective weights are averaged over (from the split's start)
+EFFECTIVE_SEQUENCES = 8
+
+
+def validation_tokens(s) -> np.ndarray:
+    """``EFFECTIVE_SEQUENCES`` consecutive validation sequences of the run's length."""
+    from dca_theory.lab.lm_runs import cached_corpus
+
+    seq_len = s.train.seq_len or s.model.max_len
+    valid = np.asarray(cached_corpus(s.train.data).valid)
+    return valid[: EFFECTIVE_SEQUENCES * seq_len].reshape(EFFECTIVE_SEQUENCES, seq_len)
 
 
 def settings(quick: bool = False, overrides=()) -> WeightsSettings:
@@ -209,7 +232,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
     for kind in specs:
         s = specs[kind]
         record = ensure_run(s, cache)
-        result = analyse(load_models(s, cache))
+        result = analyse(load_models(s, cache), validation_tokens(s))
         result |= {"key": s.key, "grn_gate": s.model.grn_gate, "residual": s.model.residual,
                    "test_ppl": record["test_ppl"]}
         summary["kinds"][kind] = result

@@ -42,6 +42,12 @@ def slot_ticks(slots: list[str]) -> list[str]:
             else s for s in slots]
 
 
+def _panel_title(grn: str) -> str:
+    layer = re.match(r"block_(\d+)", grn)
+    title = "Outputs" if layer is None else f"Layer {int(layer.group(1)) + 1}"
+    return title + (" (q)" if grn.endswith(".q") else "")
+
+
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
     summary = saved_summary(results_dir, "lm_weights")
     if summary is None:
@@ -53,31 +59,52 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
         if not present:
             continue
         profiles = {k: {r["grn"]: r for r in kinds[k]["profile_seed_mean"]} for k in present}
+        effective = {k: {r["grn"]: r for r in kinds[k].get("effective_seed_mean") or []}
+                     for k in present}
         grns = panel_grns(list(profiles[present[0]]))
-        fig, axes = figure(len(grns), width=FULL, height=1.9, sharey=True)
-        axes = np.atleast_1d(axes)
+        has_effective = all(effective[k] for k in present)
+        fig, axes = figure(len(grns), width=FULL, height=3.6 if has_effective else 1.9,
+                           sharey="row", squeeze=False)
+        if has_effective:  # a second row: what the GRN weights each entry by, gate included
+            fig.clear()
+            axes = fig.subplots(2, len(grns), sharey="row", squeeze=False)
         rows = []
-        for ax, grn in zip(axes, grns):
+        for col, grn in enumerate(grns):
+            ax = axes[0, col]
             for k in present:
                 r, gate = profiles[k][grn], gates.canonical(kinds[k]["grn_gate"])
                 x = np.arange(len(r["slots"]))
                 color = gate_color(gate)
                 ax.plot(x, r["median"], color=color, marker="o", ms=2.5, label=GATE_LABELS[gate])
                 ax.fill_between(x, r["low"], r["high"], color=color, alpha=0.12, lw=0)
-                rows += [{"family": family, "kind": k, "gate": gate, "grn": grn, "slot": s,
-                          "median": md, "p5": lo, "p95": hi}
-                         for s, md, lo, hi in zip(r["slots"], r["median"], r["low"], r["high"])]
+                eff = effective[k].get(grn) if has_effective else None
+                if eff is not None:
+                    axes[1, col].plot(x, eff["median_coefficient"], color=color, marker="o",
+                                      ms=2.5)
+                rows += [{"family": family, "kind": k, "gate": gate, "grn": grn, "slot": sl,
+                          "median_b": md, "p5_b": lo, "p95_b": hi,
+                          **({"median_coefficient": eff["median_coefficient"][i],
+                              "frac_switched_off": eff["frac_switched_off"][i]} if eff else {})}
+                         for i, (sl, md, lo, hi) in enumerate(zip(r["slots"], r["median"],
+                                                                  r["low"], r["high"]))]
             ax.axhline(1.0, color="0.6", lw=0.6, ls=":")  # the initial value b = 1
             if decay_only is not None:  # where b = 1 ends under weight decay alone
                 ax.axhline(decay_only, color="0.3", lw=0.7, ls="-.",
-                           label="decay only" if ax is axes[0] else None)
-            layer = re.match(r"block_(\d+)", grn)
-            title = "Outputs" if layer is None else f"Layer {int(layer.group(1)) + 1}"
-            ax.set(xticks=x, xticklabels=slot_ticks(profiles[present[0]][grn]["slots"]),
-                   title=title + (" (q)" if grn.endswith(".q") else ""), xlabel="stack entry")
-        axes[0].set_ylabel("bias value b")
-        axes[0].legend(loc="lower left", fontsize=5)
-        fig.suptitle(f"{scheme_label(family)}: learned bias per stack entry (median, 5-95% band)",
-                     fontsize=8)
+                           label="decay only" if col == 0 else None)
+            ticks = slot_ticks(profiles[present[0]][grn]["slots"])
+            ax.set(xticks=x, xticklabels=ticks, title=_panel_title(grn))
+            if has_effective:
+                axes[1, col].axhline(1.0, color="0.6", lw=0.6, ls=":")
+                axes[1, col].axhline(0.0, color="0.3", lw=0.6)
+                axes[1, col].set(xticks=x, xticklabels=ticks, xlabel="stack entry")
+            else:
+                ax.set_xlabel("stack entry")
+        axes[0, 0].set_ylabel("bias value b")
+        axes[0, 0].legend(loc="lower left", fontsize=5)
+        if has_effective:
+            axes[1, 0].set_ylabel("effective weight c\n(token mean)")
+        fig.suptitle(f"{scheme_label(family)}: learned bias per stack entry (median over "
+                     "features, 5-95% band)" + ("; below: the weight with the gate acting"
+                                                if has_effective else ""), fontsize=7)
         paths += save(fig, out_dir, f"{NAME}_{family}", rows=rows)
     return paths

@@ -46,9 +46,11 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     ax.set_yticklabels(labels, fontsize=6)
     ax_w.set_yticklabels([])
     ax.axvline(0, color="black", lw=0.6)
-    ax.set_xlabel(r"$D = 100\,(\ln \mathrm{MSE}_{v3} - \ln \mathrm{MSE}_{v2})$ (95 % CI)")
+    ax.set_xlabel("$D = 100\\,(\\ln \\mathrm{MSE}_{v3} - \\ln \\mathrm{MSE}_{v2})$\n"
+                  "seed-paired mean, 95 % CI")
     ax_w.set_xscale("log")
-    ax_w.set_xlabel(r"$\|\nabla_w\|$ at step 0 (filled), $\|w\|$ at the end (open); 0 at $10^{-8}$")
+    ax_w.set_xlabel("$\\|\\nabla_w\\|$ at step 0 (filled), $\\|w\\|$ at the end (open)\n"
+                    "0 drawn at $10^{-8}$")
     ax.legend(fontsize=6, title="gate", title_fontsize=6)
     rows = [{"setup": c["setup"], "config": c["config"], "gate": c["gate"],
              "D_mean": c["D"]["mean"], "D_ci95": c["D"]["ci95"], "holm_p": c["holm_p"],

@@ -109,3 +109,50 @@ def residual_states(
     ``block_{t}_out``, ``stream_{t}``, ``stack_{t}``, ``final``).
     """
     return {k: np.asarray(v) for k, v in jax.device_get(_states(model, tokens_L)).items()}
+
+
+def _grn_stacks(model: TransformerLM, states: dict) -> dict[str, np.ndarray]:
+    """The stack ``(S, L, D)`` each GRN of ``named_grns`` reads, from the collected states
+    (full stacks only: the output GRN's stack is the last block's plus its output)."""
+    names, out = named_grns(model), {}
+    last = len(model.trunk.blocks) - 1
+    for name in names:
+        if name == "output":
+            out[name] = np.concatenate([states[f"stack_{last}"],
+                                        states[f"block_{last}_out"][None]])
+        else:
+            out[name] = states[f"stack_{int(name.split('_')[1].split('.')[0])}"]
+    return out
+
+
+def effective_profile(model: TransformerLM, tokens_NxL: Int[ArrayLike, "N L"]) -> list[dict]:
+    """What each GRN-v3 actually weights its stack entries by, over the tokens of ``N``
+    sequences: per stack slot, the median over features of the token-mean coefficient c_i
+    (``b_i`` plus the gate's term, :mod:`dca_theory.gates`), the token-mean gate input w·h_i and
+    its mean absolute value, and the fraction of (token, feature) coefficients that are 0 (an
+    entry switched off: possible with the bias inside the ReLU only). Full stacks only
+    (``k=None``, no ``grn_window``); GRNs without a gate are left out."""
+    from dca_theory import gates as gate_registry
+    from dca_theory import grn_formula
+
+    if model.cfg.k is not None or model.cfg.grn_window is not None:
+        raise ValueError("effective_profile needs full stacks; valid: k=None, grn_window=None")
+    per_seq = [residual_states(model, np.asarray(t)) for t in np.asarray(tokens_NxL)]
+    rows = []
+    for name, (grn, n_out) in named_grns(model).items():
+        if grn.w is None:
+            continue
+        gate = gate_registry.get(grn.gate)
+        stack = np.concatenate([_grn_stacks(model, s)[name] for s in per_seq], axis=1)
+        b, w = np.asarray(grn.b, np.float64), np.asarray(grn.w, np.float64)
+        stack = stack.astype(np.float64)
+        pre = stack @ w  # (S, tokens)
+        relu = lambda x: np.maximum(x, 0.0)  # noqa: E731  values only: no derivative needed
+        c = grn_formula.coefficients(b, w, relu, stack, gate.bias_inside)  # (S, tokens, D)
+        rows.append({"grn": name, "num_outputs": n_out, "gate": gate.name,
+                     "slots": slot_labels(model.cfg, n_out),
+                     "median_coefficient": np.median(c.mean(axis=1), axis=1).tolist(),
+                     "mean_gate_input": pre.mean(axis=1).tolist(),
+                     "mean_abs_gate_input": np.abs(pre).mean(axis=1).tolist(),
+                     "frac_switched_off": (c == 0).mean(axis=(1, 2)).tolist()})
+    return rows

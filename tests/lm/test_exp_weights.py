@@ -101,3 +101,28 @@ def test_quick_mode_and_figures(tmp_path, monkeypatch, data_dir):
     paths = fig_lm_weights.make(tmp_path / "fig", tmp_path)
     assert sorted(q.name for q in paths if q.suffix == ".png") == [
         "fig_lm_weights_dca.png", "fig_lm_weights_grn_v3.png"]
+
+
+def test_effective_profile_equals_b_at_w0_and_sees_switched_off_entries():
+    """With w = 0 the effective weight is b (bias outside) or relu(b) (bias inside); a negative
+    bias inside the ReLU switches the entry off for every token and feature."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from zoo_helpers import TINY
+
+    from dca_theory.lab.analysis import effective_profile
+    from dca_theory.lm.model import build_model
+
+    tokens = jax.random.randint(jax.random.PRNGKey(0), (2, TINY.max_len), 0, TINY.vocab_size)
+    for gate in ("paper", "bias_inside"):
+        model = build_model(TINY.replace(residual="grn_v3", grn_gate=gate),
+                            key=jax.random.PRNGKey(1))
+        last = model.trunk.grns[-1]
+        b = jnp.full_like(last.b, 0.5).at[1].set(-0.25)
+        model = eqx.tree_at(lambda m: m.trunk.grns[-1].b, model, b)
+        out = {r["grn"]: r for r in effective_profile(model, tokens)}["output"]
+        expect = [0.5, 0.0 if gate == "bias_inside" else -0.25] + [0.5] * (last.size - 2)
+        np.testing.assert_allclose(out["median_coefficient"], expect, atol=1e-7)
+        assert out["frac_switched_off"][1] == (1.0 if gate == "bias_inside" else 0.0)
+        assert out["mean_abs_gate_input"] == [0.0] * last.size
