@@ -231,8 +231,9 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
                "paper_decay_only_b": decay_only_factor(LMTrainConfig())}
     for kind in specs:
         s = specs[kind]
-        record = ensure_run(s, cache)
-        result = analyse(load_models(s, cache), validation_tokens(s))
+        models = load_models(s, cache)  # first: without parameters it retrains the run
+        record = ensure_run(s, cache)  # the record of the models analysed
+        result = analyse(models, validation_tokens(s))
         result |= {"key": s.key, "grn_gate": s.model.grn_gate, "residual": s.model.residual,
                    "test_ppl": record["test_ppl"]}
         summary["kinds"][kind] = result

@@ -21,9 +21,12 @@ setup × gate tests) is below 0.05. With 3 seeds a t-interval is wide; the per-s
 saved with it.
 
 Command: ``dca-theory run toy_gates [--quick] [--set KEY=VALUE ...]``.
-Runtime: full ~10–20 min on 2 idle CPU cores; quick < 1 minute.
-Expected result: ``paper`` gives exactly GRN-v2's numbers (w's gradient and final norm 0);
-the live gates move w; whether they lower the error is what the run decides.
+Runtime: full 28 min on the loaded 2 cores (7 configurations × 5 models, one compiled program
+each); quick about 1.5 min there.
+Expected result (measured, ``paper/02_toy_networks.md`` §2.6): ``paper`` gives GRN-v2's numbers
+(w's gradient and final norm exactly 0); on the rank_vs_width teachers ``bias_inside`` lowers
+the error by 18–90 % of ln MSE in every seed (confirmed with 6 fresh seeds), the other gates show
+no consistent sign; in the linear model only ``open`` gains (about 2 %).
 """
 
 from __future__ import annotations
