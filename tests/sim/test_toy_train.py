@@ -83,11 +83,15 @@ def test_population_loss_needs_linear(getkey):
 
 
 def test_grn_v3_gate_gets_no_gradient_from_the_paper_init(getkey):
-    """w = 0 with ReLU'(0) = 0: the gate never moves, so trained GRN-v3 equals GRN-v2."""
+    """The printed gate (w = 0, ReLU'(0) = 0) never moves, so trained GRN-v3 equals GRN-v2;
+    the default gate (bias inside the ReLU) trains w from the first step."""
     key, kt = getkey(), getkey()
     cfg = ToyTrainConfig(steps=30, batch_size=16, optimizer="adam", learning_rate=1e-2)
     target = spectral_target(6, 0.5, 1.0, key=getkey(), dtype=F64)
-    v3, _ = train(DeepLinear(6, 1, 2, kind="grn_v3", dtype=F64, key=key), target, kt, cfg)
+    live, _ = train(DeepLinear(6, 1, 2, kind="grn_v3", dtype=F64, key=key), target, kt, cfg)
+    assert any(np.any(np.asarray(c.w) != 0) for c in live.combiners)
+    v3, _ = train(DeepLinear(6, 1, 2, kind="grn_v3", gate="paper", dtype=F64, key=key), target,
+                  kt, cfg)
     v2, _ = train(DeepLinear(6, 1, 2, kind="grn_v2", dtype=F64, key=key), target, kt, cfg)
     assert all(np.all(np.asarray(c.w) == 0) for c in v3.combiners)
     np.testing.assert_array_equal(v3.P, v2.P)  # bit-identical: the gate adds exactly 0
