@@ -170,8 +170,8 @@ def attn_res_search(A: np.ndarray, ranks, rng: np.random.Generator, *, restarts:
                     n_fit: int = 256, n_eval: int = 20000, maxiter: int = 200) -> dict:
     """Best AttnRes network found for target A: L-BFGS (vectorised forward differences) on the
     Monte Carlo risk of ``n_fit`` antithetic samples, from the q = 0 optimum of
-    :func:`attn_res_mean_risk` plus ``restarts`` random starts; each result re-estimated on
-    ``n_eval`` fresh samples. Returns ``value`` (fresh-sample mean: an upper bound on ER* up to
+    :func:`attn_res_mean_risk` plus ``restarts`` random starts; each start and each result
+    re-estimated on ``n_eval`` fresh samples. Returns ``value`` (fresh-sample mean: an upper bound on ER* up to
     its ``stderr``), ``net`` and ``fit_values``."""
     A = np.asarray(A, dtype=float)
     d, T, ranks = A.shape[0], len(ranks), tuple(int(r) for r in ranks)
@@ -197,12 +197,13 @@ def attn_res_search(A: np.ndarray, ranks, rng: np.random.Generator, *, restarts:
         fits = []
         for z0 in starts:
             res = minimize(fun, z0, jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
-            V, q = _unpack(res.x[None], d, ranks)
-            net = AttnResNet(tuple(V[0]), tuple(q[0]))
-            est = risk_mc(net, A, n_eval, rng)
             fits.append(float(res.fun))
-            if est.mean < best["value"]:
-                best = {"value": float(est.mean), "stderr": float(est.stderr), "net": net}
+            for z in (z0, res.x):  # the start too: a fit to few samples can generalise worse
+                V, q = _unpack(z[None], d, ranks)
+                net = AttnResNet(tuple(V[0]), tuple(q[0]))
+                est = risk_mc(net, A, n_eval, rng)
+                if est.mean < best["value"]:
+                    best = {"value": float(est.mean), "stderr": float(est.stderr), "net": net}
     return {**best, "fit_values": fits}
 
 
