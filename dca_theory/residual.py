@@ -17,8 +17,11 @@ class           combination                                                init
 ``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                 b = 1
 ``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`   b = 1
 ``GRNv3``       :math:`\sum_i c_i(h_i) \odot h_i`, gated (:mod:`~dca_theory.gates`)  b = 1, w = 0
-``SoftmaxOverDepth``  :math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` (AttnRes)   q = 0 (mean)
 ==============  =========================================================  ===================
+
+``SoftmaxOverDepth`` (``attn_res``, Attention Residuals) combines
+:math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` (:math:`\hat h` the RMS-normalised
+entry, one pseudo-query q; q = 0 at init).
 
 GRN-v3's coefficient :math:`c_i(h_i)` is :math:`\mathrm{ReLU}(b_i + w^\top h_i)` with the default
 gate ``bias_inside`` and :math:`b_i + \mathrm{ReLU}(w^\top h_i)` as printed in the paper; the
@@ -273,7 +276,7 @@ class SoftmaxOverDepth(AbstractCombiner):
     def weights(self, stack):
         return self.softmax_weights(stack)[..., None] * jnp.ones_like(stack)
 
-    def softmax_weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, "S *batch"]:
+    def softmax_weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, " S *batch"]:
         """The softmax weights over the S entries (summing to 1 for every batch element)."""
         rms = jnp.sqrt(jnp.mean(stack * stack, axis=-1) + jnp.asarray(self.eps, stack.dtype))
         scores = (stack @ self.q.astype(stack.dtype)) / rms
@@ -301,8 +304,9 @@ def make_combiner(
 
     ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
     sum (AttnRes: q = 0, the mean). ``init="random"`` perturbs b and w (AttnRes: q) with
-    N(0, 0.1^2) noise (needs ``key``); it exists so that tests can check code paths with non-trivial weights. ``gate`` names the GRN-v3 gate
-    (:mod:`dca_theory.gates`; ``small_init`` needs ``key`` to draw w).
+    N(0, 0.1^2) noise (needs ``key``); it exists so that tests can check code paths with
+    non-trivial weights. ``gate`` names the GRN-v3 gate (:mod:`dca_theory.gates`;
+    ``small_init`` needs ``key`` to draw w).
     """
     cls = COMBINERS[schemes.canonical(check_kind(kind))]
     gate = gates.canonical(gate)

@@ -70,7 +70,8 @@ def check_attn_res_structure(quick: bool) -> list[Row]:
     ok = (skip_err <= IDENTITY_RTOL and pair_viol == 0 and hom_err <= HOMOGENEITY_RTOL
           and odd_gap >= ODD_GAP_MIN)
     return [Row("AttnRes skip, pairs, ⊄C_v3",
-                f"random nets, 50 inputs each: Pi F(x) = alpha_0(x) Pi x (rel <= {IDENTITY_RTOL:g}); "
+                "random nets, 50 inputs each: Pi F(x) = alpha_0(x) Pi x "
+                f"(rel <= {IDENTITY_RTOL:g}); "
                 "min(alpha_0(x), alpha_0(-x)) <= 1/2; F(lam x) = lam F(x) for lam in {1e-3, 1e3} "
                 f"(rel <= {HOMOGENEITY_RTOL:g}); max_x |F(x)+F(-x)|/|F(x)| >= {ODD_GAP_MIN:g} "
                 "(not linear, so in no GRN class: those are linear to first order at 0)",

@@ -26,9 +26,9 @@ Call its class :math:`C_{ar}` and :math:`\alpha_0(x)` the output combiner's weig
   \alpha_0)\Pi_W x`, and pairing gives :math:`ER^*_{ar}(A) \ge (d - r_* - \mathrm{rank}(A-I))_+/8`
   (I is at distance :math:`\ge (d - r_*)/8`). For T = 1 the pair's weights sum to 1
   (:math:`\alpha_0(-x) = 1 - \alpha_0(x)`), the bound is :math:`(\cdot)_+/4`, and for A = I it
-  is attained at q = 0: :math:`ER^*_{ar}(I) = (d - r_*)/4`. Conversely :math:`C_{ar} \not\subseteq C_{v3}`,
-  :math:`C_{in}`: a member is positively homogeneous (:math:`F(\lambda x) = \lambda F(x)`,
-  :math:`\lambda > 0`; scores are scale-free) and generically not odd, while every GRN network
+  is attained at q = 0: :math:`ER^*_{ar}(I) = (d - r_*)/4`. Conversely
+  :math:`C_{ar} \not\subseteq C_{v3}`, :math:`C_{in}`: a member is positively homogeneous
+  (:math:`F(\lambda x) = \lambda F(x)`, :math:`\lambda > 0`; scores are scale-free) and generically not odd, while every GRN network
   (either gate) is :math:`Lx + O(\|x\|^2)` near 0 with L linear; a homogeneous GRN network is
   therefore linear.
 * **Risk.** Lower bound above; upper bounds: the q = 0 subclass,
@@ -171,8 +171,8 @@ def attn_res_search(A: np.ndarray, ranks, rng: np.random.Generator, *, restarts:
     """Best AttnRes network found for target A: L-BFGS (vectorised forward differences) on the
     Monte Carlo risk of ``n_fit`` antithetic samples, from the q = 0 optimum of
     :func:`attn_res_mean_risk` plus ``restarts`` random starts; each start and each result
-    re-estimated on ``n_eval`` fresh samples. Returns ``value`` (fresh-sample mean: an upper bound on ER* up to
-    its ``stderr``), ``net`` and ``fit_values``."""
+    re-estimated on ``n_eval`` fresh samples. Returns ``value`` (fresh-sample mean: an upper
+    bound on ER* up to its ``stderr``), ``net`` and ``fit_values``."""
     A = np.asarray(A, dtype=float)
     d, T, ranks = A.shape[0], len(ranks), tuple(int(r) for r in ranks)
     half = rng.standard_normal((n_fit // 2, d))
