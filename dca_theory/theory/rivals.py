@@ -28,9 +28,9 @@ Call its class :math:`C_{ar}` and :math:`\alpha_0(x)` the output combiner's weig
   (:math:`\alpha_0(-x) = 1 - \alpha_0(x)`), the bound is :math:`(\cdot)_+/4`, and for A = I it
   is attained at q = 0: :math:`ER^*_{ar}(I) = (d - r_*)/4`. Conversely
   :math:`C_{ar} \not\subseteq C_{v3}`, :math:`C_{in}`: a member is positively homogeneous
-  (:math:`F(\lambda x) = \lambda F(x)`, :math:`\lambda > 0`; scores are scale-free) and generically not odd, while every GRN network
-  (either gate) is :math:`Lx + O(\|x\|^2)` near 0 with L linear; a homogeneous GRN network is
-  therefore linear.
+  (:math:`F(\lambda x) = \lambda F(x)`, :math:`\lambda > 0`; scores are scale-free) and
+  generically not odd, while every GRN network (either gate) is :math:`Lx + O(\|x\|^2)` near 0
+  with L linear; a homogeneous GRN network is therefore linear.
 * **Risk.** Lower bound above; upper bounds: the q = 0 subclass,
   :math:`\mathrm{tail}_{r_*}(A - I/(T+1))` (closed form, :func:`attn_res_mean_risk`), and the
   best network found by L-BFGS with restarts on a Monte Carlo risk, re-estimated on fresh
