@@ -7,7 +7,7 @@ Paper, Section 3 (see ``shared/reference/dca-paper.md`` §2.1–2.3). A residual
 
 and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`. Each scheme with a
 stack combiner (:mod:`dca_theory.schemes`: ``base``, ``vanilla``/``res``, ``grn_v1``,
-``grn_v2``, ``grn_v3``) is one final class below, built by :func:`make_combiner`:
+``grn_v2``, ``grn_v3``, ``attn_res``) is one final class below, built by :func:`make_combiner`:
 
 ==============  =========================================================  ===================
 class           combination                                                init
@@ -19,6 +19,10 @@ class           combination                                                init
 ``GRNv3``       :math:`\sum_i c_i(h_i) \odot h_i`, gated (:mod:`~dca_theory.gates`)  b = 1, w = 0
 ==============  =========================================================  ===================
 
+``SoftmaxOverDepth`` (``attn_res``, Attention Residuals) combines
+:math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` (:math:`\hat h` the RMS-normalised
+entry, one pseudo-query q; q = 0 at init).
+
 GRN-v3's coefficient :math:`c_i(h_i)` is :math:`\mathrm{ReLU}(b_i + w^\top h_i)` with the default
 gate ``bias_inside`` and :math:`b_i + \mathrm{ReLU}(w^\top h_i)` as printed in the paper; the
 forms and why the default differs are in :mod:`dca_theory.gates`.
@@ -28,7 +32,8 @@ and the LM's fast path); parameter counts come from
 :meth:`dca_theory.schemes.Scheme.combiner_params`.
 
 At initialisation every GRN equals the plain residual sum exactly (GRN-v3 with every gate but
-``small_init``, whose w starts random).
+``small_init``, whose w starts random). AttnRes's softmax weights cannot all be 1: at q = 0 it
+is the *mean* of the stack, the plain sum divided by S.
 
 **k-truncated stack (k-DCA, §3.1/§5).** Instead of every output, the stack holds
 ``[x, sum of the middle outputs, last k outputs]``. While no more than ``k`` outputs exist there
@@ -248,9 +253,46 @@ class GRNv3(AbstractGRN):
         return cls(b=jnp.ones((size, dim), dtype), w=w, size=size, dim=dim, gate=spec.name)
 
 
+class SoftmaxOverDepth(AbstractCombiner):
+    r"""``attn_res``: Attention Residuals' depth attention,
+    :math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` with
+    :math:`\hat h = h / \sqrt{\mathrm{mean}(h^2) + \epsilon}` and one learned pseudo-query q.
+
+    The LM's version (:class:`dca_theory.lm.rivals.DepthAttention`) also has an RMSNorm scale g;
+    it enters only as :math:`g \odot q`, so the toy keeps the one vector q (same functions).
+    Weights are positive and sum to 1 (a convex combination); at q = 0 they are 1/S.
+    """
+
+    kind: ClassVar[str] = "attn_res"
+    q: Float[Array, " D"]
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    eps: float = eqx.field(static=True, default=1e-6)
+
+    def __call__(self, stack):
+        self.check_stack(stack)
+        return jnp.sum(self.weights(stack) * stack, axis=0)
+
+    def weights(self, stack):
+        return self.softmax_weights(stack)[..., None] * jnp.ones_like(stack)
+
+    def softmax_weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, " S *batch"]:
+        """The softmax weights over the S entries (summing to 1 for every batch element)."""
+        rms = jnp.sqrt(jnp.mean(stack * stack, axis=-1) + jnp.asarray(self.eps, stack.dtype))
+        scores = (stack @ self.q.astype(stack.dtype)) / rms
+        return jax.nn.softmax(scores, axis=0)
+
+    def on_stack(self, stack):
+        return self(stack.array())
+
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate, key=None):
+        return cls(q=jnp.zeros((dim,), dtype), size=size, dim=dim)
+
+
 #: the combiner class of each scheme, by canonical name (see :mod:`dca_theory.schemes`)
 COMBINERS: dict[str, type[AbstractCombiner]] = {
-    c.kind: c for c in (NewestOnly, PlainSum, GRNv1, GRNv2, GRNv3)
+    c.kind: c for c in (NewestOnly, PlainSum, GRNv1, GRNv2, GRNv3, SoftmaxOverDepth)
 }
 
 
@@ -261,9 +303,10 @@ def make_combiner(
     """Build a combiner over a stack of ``size`` entries of dimension ``dim``.
 
     ``init="identity"`` (the paper's: b = 1, w = 0) makes every GRN equal the plain residual
-    sum. ``init="random"`` perturbs b and w with N(0, 0.1^2) noise (needs ``key``); it exists
-    so that tests can check code paths with non-trivial weights. ``gate`` names the GRN-v3 gate
-    (:mod:`dca_theory.gates`; ``small_init`` needs ``key`` to draw w).
+    sum (AttnRes: q = 0, the mean). ``init="random"`` perturbs b and w (AttnRes: q) with
+    N(0, 0.1^2) noise (needs ``key``); it exists so that tests can check code paths with
+    non-trivial weights. ``gate`` names the GRN-v3 gate (:mod:`dca_theory.gates`;
+    ``small_init`` needs ``key`` to draw w).
     """
     cls = COMBINERS[schemes.canonical(check_kind(kind))]
     gate = gates.canonical(gate)
@@ -284,6 +327,11 @@ def make_combiner(
         if combiner.w is not None:
             noise = 0.1 * jax.random.normal(kw, combiner.w.shape, dtype)
             combiner = eqx.tree_at(lambda c: c.w, combiner, combiner.w + noise)
+    if init == "random" and isinstance(combiner, SoftmaxOverDepth):
+        if key is None:
+            raise ValueError("init='random' needs a PRNG key")
+        noise = 0.1 * jax.random.normal(key, combiner.q.shape, dtype)
+        combiner = eqx.tree_at(lambda c: c.q, combiner, combiner.q + noise)
     return combiner
 
 

@@ -18,14 +18,17 @@ scheme (aliases)       family    layer input                                    
 ``hyper_connections``  baseline  n residual streams mixed per block (Zhu et al.)     LM
 ``laurel_lr``          baseline  LAuReL low-rank (Menghani et al. 2024)              LM
 ``laurel_pa``          baseline  LAuReL previous-activations                         LM
-``attn_res``           baseline  softmax over depth, pseudo-queries (Kimi 2026)       LM
+``attn_res``           baseline  softmax over depth, pseudo-queries (Kimi 2026)       toy, LM
 ``mhc``                baseline  Hyper-Connections, Sinkhorn mixing (DeepSeek 2025)   LM
 ``muddformer``         baseline  dynamic dense q/k/v/residual streams (Xiao et al.)   LM
 ``value_residual``     baseline  first layer's values mixed in (ResFormer)            LM
 =====================  ========  ===================================================  =========
 
 "toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) used by the toy nets;
-``theory=True`` marks the ones Section 4 analyses (the five above with "toy"); "LM" schemes are
+``theory=True`` marks the ones with a theory in the low-rank linear model: Section 4's five
+classes (``base`` to ``grn_v3``) and two rivals placed in its hierarchy by
+:mod:`dca_theory.theory.rivals` (``attn_res``, ``mhc``; mHC's n streams are no stack combiner,
+so it has a theory but no toy combiner); "LM" schemes are
 ``ModelConfig.residual`` kinds, also used by the ViT.
 
 **Adding a GRN-like scheme** takes a row in :data:`SCHEMES` below and its combiner class in
@@ -72,6 +75,7 @@ class Scheme:
     retrofit: bool = False  # a vanilla model converts exactly into this scheme at init
     per_entry: str = "none"  # combiner parameters per stack entry (see PER_ENTRY)
     gate_vector: bool = False  # combiner has one gate vector w in R^d (GRN-v3)
+    query_vector: bool = False  # combiner has one pseudo-query q in R^d (AttnRes)
     gated: bool = False  # has GRN-v3 gates, so the gate choice applies (dca_theory.gates)
 
     def __post_init__(self) -> None:
@@ -90,7 +94,12 @@ class Scheme:
 
     def combiner_params(self, size: int, dim: int) -> int:
         """Trainable parameters of one combiner over ``size`` stack entries of width ``dim``."""
-        return size * self.entry_params(dim) + (dim if self.gate_vector else 0)
+        return size * self.entry_params(dim) + self.shared_params(dim)
+
+    def shared_params(self, dim: int) -> int:
+        """Parameters of one combiner that no stack entry owns: GRN-v3's gate vector w or
+        AttnRes's pseudo-query q (one d-vector each)."""
+        return dim if (self.gate_vector or self.query_vector) else 0
 
 
 SCHEMES: tuple[Scheme, ...] = (
@@ -115,9 +124,11 @@ SCHEMES: tuple[Scheme, ...] = (
     Scheme("laurel_pa", "baseline", "LAuReL-PA", "#17becf",
            "LAuReL over previous activations", lm=True),
     Scheme("attn_res", "baseline", "AttnRes", "#393b79",
-           "softmax attention over depth with a pseudo-query per sublayer", lm=True),
+           "softmax attention over depth with a pseudo-query per sublayer", toy=True,
+           theory=True, lm=True, query_vector=True),
     Scheme("mhc", "baseline", "mHC", "#ad494a",
-           "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", lm=True),
+           "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", theory=True,
+           lm=True),
     Scheme("muddformer", "baseline", "MUDDFormer", "#637939",
            "dynamic dense connections, separate q, k, v and residual streams", lm=True,
            retrofit=True),
@@ -135,7 +146,8 @@ def names(*, family: str | None = None, **flags: bool) -> tuple[str, ...]:
     for flag in flags:
         if not isinstance(getattr(SCHEMES[0], flag, None), bool):
             raise ValueError(f"unknown scheme property {flag!r}; valid: toy, theory, lm, "
-                             "takes_k, grn_window, retrofit, gate_vector, gated")
+                             "takes_k, grn_window, retrofit, gate_vector, query_vector, "
+                             "gated")
     return tuple(
         s.name for s in SCHEMES
         if all(getattr(s, k) == v for k, v in flags.items())
@@ -189,7 +201,7 @@ def network_combiner_params(name: str, depth: Any, dim: Any, *, convention: str 
     scheme = get(name)
     if convention == "paper":
         pairs = depth * (depth - 1) // 2
-        return pairs * scheme.entry_params(dim) + (dim * depth if scheme.gate_vector else 0)
+        return pairs * scheme.entry_params(dim) + depth * scheme.shared_params(dim)
     if convention != "nets":
         raise ValueError(f"convention must be 'nets' or 'paper', got {convention!r}")
     sizes = range(1, depth + 2) if stack_sizes is None else stack_sizes

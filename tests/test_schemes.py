@@ -56,12 +56,13 @@ def test_combiner_param_count_equals_its_arrays(kind, size, dim):
 def test_paper_convention_is_the_nets_count_less_input_and_output_slots(kind, depth):
     """§4.2 counts T(T-1)/2 pairs (plus d·T gates for GRN-v3); a net also weights the input slot
     of each of its T + 1 combiners and the output combiner's T layer slots, and has one more
-    gate vector (the output's): nets = paper + (2T + 1)·p + d·[GRN-v3], p per entry."""
+    gate vector (the output's; AttnRes: pseudo-query): nets = paper + (2T + 1)·p + d·[GRN-v3 or
+    AttnRes], p per entry."""
     dim = 6
     scheme = schemes.get(kind)
     nets = schemes.network_combiner_params(kind, depth, dim)
     paper = schemes.network_combiner_params(kind, depth, dim, convention="paper")
-    gate = dim if scheme.gate_vector else 0
+    gate = scheme.shared_params(dim)
     assert nets == paper + (2 * depth + 1) * scheme.entry_params(dim) + gate
     net = DeepLinear(dim, 1, depth, kind=kind, key=jax.random.PRNGKey(0), dtype=jnp.float32)
     combiner_arrays = jax.tree_util.tree_leaves(eqx.filter(net.combiners, eqx.is_array))

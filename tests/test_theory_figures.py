@@ -16,7 +16,7 @@ THEORY = figure_modules("theory")
 def test_theory_figures_are_registered():
     names = {m.NAME for m in THEORY}
     assert {"fig5_gain_lower_bounds", "fig_g3_gain_lower_bound", "fig_thresholds",
-            "fig_rank_savings", "fig_excess_risk_vs_params"} <= names
+            "fig_rank_savings", "fig_excess_risk_vs_params", "fig_risk_schemes"} <= names
 
 
 @pytest.mark.parametrize("mod", THEORY, ids=[m.__name__ for m in THEORY])

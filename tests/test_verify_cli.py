@@ -43,7 +43,8 @@ def test_every_section4_claim_is_reported(quick_json):
                    "Thm 4.1 C_grn_v3", "(A.1)", "Lemma B.1", "v3 constant", "res, base",
                    "Thm 4.2 GRN-v1", "Thm 4.2 GRN-v2", "Thm 4.2 GRN-v3", "Lemma C.1",
                    "(4.1)", "(4.2)", "(4.3)", "G1", "G2", "G3", "Prop 4.4", "Figure 5",
-                   "Prop 4.5"]:
+                   "Prop 4.5", "AttnRes ⊇ C_res/(T+1)", "AttnRes skip", "AttnRes excess risk",
+                   "mHC (static) = n·C_res", "mHC excess risk"]:
         assert needle in claims, needle
 
 

@@ -29,6 +29,7 @@ from dca_theory.residual import (
     NewestOnly,
     PlainSum,
     ResidualStack,
+    SoftmaxOverDepth,
     check_k,
     check_kind,
     combine,
@@ -141,6 +142,10 @@ def skip_term(combiner: AbstractCombiner, x: Float[Array, " d"], size: int
         return jnp.zeros_like(x)
     if isinstance(combiner, PlainSum):
         return x
+    if isinstance(combiner, SoftmaxOverDepth):
+        raise ValueError("skip: kind 'attn_res' has no input-slot term of its own (its softmax "
+                         "weight on x depends on every entry); valid kinds: base, vanilla, "
+                         "grn_v1, grn_v2, grn_v3")
     stack = jnp.zeros((size, x.shape[0]), x.dtype).at[0].set(x)
     # Zero entries add nothing to any combiner (b*0 = 0 and ReLU(w.0)*0 = 0).
     return combiner(stack)

@@ -5,7 +5,8 @@ Layer :math:`t` is :math:`f_t(z) = V_t z` with the factored weight :math:`V_t = 
 holds; the collective rank is :math:`r_* = \sum_t r_t`. The residual kind chooses the class of
 Theorem 4.1: ``base`` gives :math:`\prod_t V_t`, ``res`` gives :math:`\prod_t (I + V_t)`,
 ``grn_v1``/``grn_v2`` give :math:`\alpha I + M` / :math:`D + M` with :math:`\mathrm{rank}\,M \le
-r_*`. ``grn_v3`` adds the input-dependent gate and is no longer linear.
+r_*`. ``grn_v3`` adds the input-dependent gate and is no longer linear; ``attn_res`` (softmax
+weights over the stack) is not linear either (:mod:`dca_theory.theory.rivals`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class DeepLinear(ResidualNet):
         dim: feature dimension d.
         ranks: rank r_t of every layer (one int or T ints; a traced array under vmap).
         depth: number of layers T.
-        kind: ``base``, ``res``, ``grn_v1``, ``grn_v2`` or ``grn_v3``.
+        kind: ``base``, ``res``, ``grn_v1``, ``grn_v2``, ``grn_v3`` or ``attn_res``.
         k: optional k-DCA window (``None``: the full stack).
         gate: GRN-v3's gate (:mod:`dca_theory.gates`; default ``bias_inside``).
         init_std: std of the entries of P_t and Q_t (default ``d**-0.5``: each V_t then has
@@ -98,8 +99,8 @@ class DeepLinear(ResidualNet):
 
     def end_to_end_matrix(self) -> Float[Array, "d d"]:
         """The matrix Â with f(x) = Â x (every kind but a gated ``grn_v3``)."""
-        if self.kind == "grn_v3":
-            raise ValueError("end_to_end_matrix: kind 'grn_v3' is not linear; valid kinds: "
-                             "base, res, grn_v1, grn_v2")
+        if self.kind in ("grn_v3", "attn_res"):
+            raise ValueError(f"end_to_end_matrix: kind {self.kind!r} is not linear; valid "
+                             "kinds: base, res, grn_v1, grn_v2")
         eye = jnp.eye(self.dim, dtype=self.P.dtype)
         return jax.vmap(self)(eye).T  # column j is f(e_j)

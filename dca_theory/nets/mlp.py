@@ -35,7 +35,7 @@ class MLPResNet(ResidualNet):
         dim: feature dimension d.
         widths: hidden width r_t of every block (one int, T ints, or traced under vmap).
         depth: number of blocks T.
-        kind: residual kind (``base``, ``res``, ``grn_v1``, ``grn_v2``, ``grn_v3``).
+        kind: residual kind (``base``, ``res``, ``grn_v1``, ``grn_v2``, ``grn_v3``, ``attn_res``).
         k: optional k-DCA window.
         gate: GRN-v3's gate (:mod:`dca_theory.gates`; default ``bias_inside``).
         activation: ``gelu`` (default: smooth, no dead units, so the Jacobian of a block has

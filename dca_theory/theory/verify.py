@@ -9,7 +9,8 @@ Every random case comes from ``numpy.random.default_rng`` with a fixed seed per 
 report is reproducible. ``--quick`` uses fewer cases. Runtime: about 20 s (default) or 8 s
 (quick) on one CPU core. The checks themselves live in :mod:`._checks_expressivity`
 (Thm 4.1, 4.2, Lemma B.1, eq. A.1), :mod:`._checks_tradeoff` (Lemma C.1, Thm 4.3,
-Prop. 4.4, Figure 5) and :mod:`._checks_bias_inside` (GRN-v3 with the bias inside the ReLU).
+Prop. 4.4, Figure 5), :mod:`._checks_bias_inside` (GRN-v3 with the bias inside the ReLU) and
+:mod:`._checks_rivals` (Attention Residuals and mHC in the linear model).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from dca_theory.theory.verdicts import VERDICTS, Row
 def _checks() -> list[tuple[str, Callable[[bool], list[Row]]]]:
     from dca_theory.theory import _checks_bias_inside as B
     from dca_theory.theory import _checks_expressivity as E
+    from dca_theory.theory import _checks_rivals as R
     from dca_theory.theory import _checks_tradeoff as T
 
-    return [*E.CHECKS, *T.CHECKS, *B.CHECKS]
+    return [*E.CHECKS, *T.CHECKS, *B.CHECKS, *R.CHECKS]
 
 
 def run_checks(quick: bool = False) -> list[Row]:
