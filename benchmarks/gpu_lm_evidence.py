@@ -1,4 +1,4 @@
-"""The GPU version of the evidence experiment's primary comparison (issue 16, item 6), in one call.
+"""The GPU version of the evidence experiment's primary comparison, in one call.
 
 Widths 32, 64, 128, 256 x {vanilla, DCA (default gate)} x 4 seeds trained at once per
 (width, arm) under ``jax.vmap``; pre-LN, depth 4, 4 heads, MLP 4x width, sequence 256, 64

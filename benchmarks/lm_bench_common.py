@@ -40,7 +40,7 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "value_residual": ("value_residual", None, "fused"),
 }
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
-# Today's comparison set beside DCA (issue 15): Attention Residuals, mHC, MUDDFormer, ResFormer.
+# Today's comparison set beside DCA: Attention Residuals, mHC, MUDDFormer, ResFormer.
 # The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.
 RIVAL_VARIANTS: tuple[str, ...] = ("attn_res", "mhc", "muddformer", "value_residual")
 

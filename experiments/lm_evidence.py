@@ -1,4 +1,4 @@
-r"""Decisive evidence on DCA's LM gain and its width trend (issue 16): near-converged,
+r"""Decisive evidence on DCA's LM gain and its width trend: near-converged,
 parameter-matched, powered, with a pre-registered decision rule.
 
 **Claim tested.** Paper Table 2 and §4: DCA lowers perplexity and the gain shrinks as width

@@ -1,4 +1,4 @@
-"""The evidence experiment's primary result (``experiments/lm_evidence``, issue 16).
+"""The evidence experiment's primary result (``experiments/lm_evidence``).
 
 (a) D = 100 (ln ppl_arm - ln ppl_vanilla) on the test split against width, per comparison
     (DCA with the default gate, DCA with the paper's gate, DCA against the parameter-matched

@@ -1,4 +1,4 @@
-"""The runs of the evidence experiment (issue 16, ``experiments/lm_evidence.py``): its settings
+"""The runs of the evidence experiment(``experiments/lm_evidence.py``): its settings
 (``dca-theory run lm_evidence --set``), the learning-rate sweep and the grid of
 :class:`~dca_theory.lab.lm_runs.RunSpec` s, all through the resumable run cache.
 

@@ -1,4 +1,4 @@
-"""The statistics of the evidence experiment (issue 16) from its cached runs, and the
+"""The statistics of the evidence experiment from its cached runs, and the
 pre-registered decision rule (``paper/05_lm/evidence_design.md``).
 
 ``D = 100 (ln ppl_arm - ln ppl_base)`` per seed (whole-split test perplexity unless said

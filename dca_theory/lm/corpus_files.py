@@ -1,4 +1,4 @@
-"""Files behind the evidence experiment's corpora (issue 16), for :mod:`dca_theory.lm.data`:
+"""Files behind the evidence experiment's corpora, for :mod:`dca_theory.lm.data`:
 ``.xz`` files read whole and checked by the sha256 of their decompressed text, and the cache of
 derived data (trained BPE tokenizers, encoded splits), kept out of the repository and out of the
 read-only data folder. :mod:`dca_theory.lm.data` builds the corpora from them (it says how each

@@ -9,7 +9,7 @@ Sources of real text, each a :class:`Corpus` of three integer token streams
 * ``"shakespeare"``: Tiny Shakespeare, character level (65 symbols, vocabulary from the whole
   file). The last 10 % of characters are held out: the first 5 % of that tail is the
   validation split, the last 5 % the test split.
-* ``"ptb-char"`` (issue 16): the three PTB files read as characters (newlines included, so a
+* ``"ptb-char"``: the three PTB files read as characters (newlines included, so a
   line end is one symbol as ``<eos>`` is one word). The vocabulary is the 50 characters of the
   training file, sorted; a character of the validation or test file outside it is an error
   naming the file, not an unknown symbol (the shipped files have none, which the tests check),
@@ -57,7 +57,7 @@ from dca_theory.lm.corpus_files import (
 )
 from dca_theory.paths import data_dir as resolve_data_dir
 
-#: the evidence experiment's corpora (issue 16)
+#: the evidence experiment's corpora
 EVIDENCE_CORPORA: tuple[str, ...] = ("ptb-char", "python-stdlib", "python-stdlib-bpe")
 KNOWN_CORPORA: tuple[str, ...] = ("ptb", "shakespeare", *EVIDENCE_CORPORA)
 EOS, UNK = "<eos>", "<unk>"

@@ -1,4 +1,4 @@
-"""lm_evidence (issue 16): its settings and specs (fast), its statistics on synthetic records,
+"""lm_evidence: its settings and specs (fast), its statistics on synthetic records,
 and (slow) the quick mode end to end with the figure."""
 
 from __future__ import annotations
