@@ -19,7 +19,8 @@ to the git-ignored cache ``runs/lm_runs`` (two seeds are not the committed cache
 (seed, width) cells, between D and the vanilla model's effective-rank fraction of the residual
 update (mean over layers of effective rank / width), with a Fisher-z 95% interval. The bottleneck
 argument predicts rho > 0 (a lower rank fraction, a more negative D). Verdict: "tracks" if the
-interval lies above 0, "contradicts" if it lies below 0, else "inconclusive". Beside it, with
+interval lies above 0, "contradicts" if it lies below 0, else "inconclusive"; r with each cell
+left out in turn shows how much one cell carries. Beside it, with
 seed-clustered intervals (:func:`dca_theory.lab.statistics.seed_clustered_slope`): the slopes of
 D and of each sublayer's rank fraction against log2(width) (the argument needs the fraction to
 rise where the gain shrinks), and DCA's rank fraction minus vanilla's, per sublayer.
@@ -110,6 +111,11 @@ def correlation(x, y, level: float = 0.95) -> dict:
         lo, hi = np.tanh(np.arctanh(r) - half), np.tanh(np.arctanh(r) + half)
         out["ci"] = [float(lo), float(hi)]
         out["verdict"] = "tracks" if lo > 0 else "contradicts" if hi < 0 else "inconclusive"
+    if x.size >= 4:  # how much one point carries: r with each point left out in turn
+        keep = ~np.eye(x.size, dtype=bool)
+        loo = [float(stats.pearsonr(x[k], y[k]).statistic) for k in keep]
+        out["leave_one_out_r"] = {"min": float(np.nanmin(loo)), "max": float(np.nanmax(loo)),
+                                 "all": loo}
     return out
 
 

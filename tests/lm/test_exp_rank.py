@@ -47,3 +47,11 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert summary["primary"]["n"] == 4
     paths = fig_lm_rank.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+def test_leave_one_out_shows_a_single_point_carrying_r():
+    x = np.array([0.0, 0.1, -0.1, 0.05, 1.0])
+    y = np.array([0.1, -0.1, 0.1, -0.1, 5.0])  # r driven by the last point alone
+    out = E.correlation(x, y)
+    assert out["pearson_r"] > 0.95 and len(out["leave_one_out_r"]["all"]) == 5
+    assert out["leave_one_out_r"]["all"][-1] < 0 and out["leave_one_out_r"]["min"] < 0
