@@ -89,7 +89,7 @@ class ConvergenceConfig:
         if not self.widths or bad:
             raise ValueError(f"widths must be non-empty integers in [1, d={self.dim}], "
                              f"got {self.widths}")
-        if tuple(self.kinds) != ("res", "grn_v1") and "res" not in self.kinds:
+        if "res" not in self.kinds:
             raise ValueError(f"kinds must include the baseline 'res', got {self.kinds}")
         for kind in self.kinds:
             check_kind(kind)

@@ -59,3 +59,8 @@ def test_quick_mode_tiny(tmp_path):
     assert set(summary["cells"]) == {f"{a}/r=2" for a in E.ARMS}
     assert all(np.isfinite(r["test_mse"]) and r["test_mse"] > 0 for r in summary["runs"])
     assert "survives_grn_v1" in summary["cells"]["lbfgs/r=2"]
+
+
+def test_kinds_need_the_resnet_baseline():
+    with pytest.raises(ValueError, match="kinds must include the baseline 'res'"):
+        E.settings(True, ["kinds=grn_v1"])
