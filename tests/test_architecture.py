@@ -218,3 +218,13 @@ def test_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c", "x"}, "c": {"a"}, "x": set()}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_test_file_names_are_unique():
+    """The test folders are not packages, so pytest imports each test file by its base name:
+    two files of one name in different folders fail to collect."""
+    import collections
+
+    tests = Path(__file__).resolve().parent
+    names = collections.Counter(p.name for p in tests.rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
