@@ -142,6 +142,29 @@ class HyperConnection(eqx.Module):
         ar_LxNxN = self.s_alpha * jnp.tanh(hn_LxNxD @ self.w_r_DxN) + self.ar0_NxN[None]
         return b_LxN, am_LxN, ar_LxNxN
 
+def run_streams(blocks, mixers, x_LxD, n: int, weights, residual_mix: str, *, causal, key,
+                collect) -> tuple[Array, States]:
+    """The n-stream residual loop shared by Hyper-Connections and mHC: the model input copied
+    into ``n`` streams; per block, ``weights(mixer, streams)`` gives ``(in_LxN, out_LxN,
+    res_LxNxN)``, which read the block input from the streams, write the block output back and
+    mix the streams (``residual_mix``: the einsum of ``res`` with the streams, whose index order
+    differs between the papers); the trunk output is the streams' sum."""
+    states: States = {"embed": x_LxD} if collect else {}
+    h_LxNxD = jnp.broadcast_to(x_LxD[:, None, :], (x_LxD.shape[0], n, x_LxD.shape[1]))
+    for t, (blk, mixer, k) in enumerate(zip(blocks, mixers, split_or_none(key, len(blocks)))):
+        in_LxN, out_LxN, res_LxNxN = weights(mixer, h_LxNxD)
+        in_LxD = jnp.einsum("ln,lnd->ld", in_LxN, h_LxNxD)
+        f_LxD = blk.branch(in_LxD, causal=causal, key=k)
+        h_LxNxD = (jnp.einsum(residual_mix, res_LxNxN, h_LxNxD)
+                   + jnp.einsum("ln,ld->lnd", out_LxN, f_LxD))
+        if collect:
+            states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": f_LxD,
+                       f"stream_{t}": jnp.sum(h_LxNxD, axis=1)}
+    out_LxD = jnp.sum(h_LxNxD, axis=1)
+    if collect:
+        states["final"] = out_LxD
+    return out_LxD, states
+
 
 class HyperConnectionsTrunk(AbstractTrunk):
     """Dynamic Hyper-Connections with expansion rate ``cfg.hc_expansion``, one per block."""
@@ -156,24 +179,11 @@ class HyperConnectionsTrunk(AbstractTrunk):
         return cls(cfg=cfg, blocks=_blocks(cfg, key), hcs=hcs)
 
     def run(self, x_LxD, *, causal, key, collect):
-        states: States = {"embed": x_LxD} if collect else {}
-        n = self.cfg.hc_expansion
-        h_LxNxD = jnp.broadcast_to(x_LxD[:, None, :], (x_LxD.shape[0], n, x_LxD.shape[1]))
-        for t, (blk, hc, k) in enumerate(
-            zip(self.blocks, self.hcs, split_or_none(key, len(self.blocks)))
-        ):
-            b_LxN, am_LxN, ar_LxNxN = hc.weights(h_LxNxD)
-            in_LxD = jnp.einsum("ln,lnd->ld", am_LxN, h_LxNxD)
-            f_LxD = blk.branch(in_LxD, causal=causal, key=k)
-            h_LxNxD = (jnp.einsum("ln,ld->lnd", b_LxN, f_LxD)
-                       + jnp.einsum("lnm,lnd->lmd", ar_LxNxN, h_LxNxD))
-            if collect:
-                states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": f_LxD,
-                           f"stream_{t}": jnp.sum(h_LxNxD, axis=1)}
-        out_LxD = jnp.sum(h_LxNxD, axis=1)
-        if collect:
-            states["final"] = out_LxD
-        return out_LxD, states
+        # Hyper-Connections' (b, A_m, A_r): output weights, input weights, residual mixing
+        # A_r^T H (the paper mixes over its first index).
+        return run_streams(self.blocks, self.hcs, x_LxD, self.cfg.hc_expansion,
+                           lambda hc, h: (lambda b, am, ar: (am, b, ar))(*hc.weights(h)),
+                           "lnm,lnd->lmd", causal=causal, key=key, collect=collect)
 
 
 class LowRank(eqx.Module):

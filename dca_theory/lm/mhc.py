@@ -54,10 +54,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dca_theory.lm.blocks import PreLNBlock, dtype_of, split_or_none
+from dca_theory.lm.baselines import run_streams
+from dca_theory.lm.blocks import PreLNBlock, dtype_of
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.norm import at_least_float32
-from dca_theory.lm.trunk import AbstractTrunk, States, block_keys
+from dca_theory.lm.trunk import AbstractTrunk, block_keys
 
 SINKHORN_ITERS = 20  # the paper's t_max
 SINKHORN_EPS = 1e-6  # added to every row/column sum before dividing
@@ -131,21 +132,6 @@ class ManifoldHyperConnectionsTrunk(AbstractTrunk):
         return cls(cfg=cfg, blocks=blocks, mhcs=mhcs)
 
     def run(self, x_LxD, *, causal, key, collect):
-        states: States = {"embed": x_LxD} if collect else {}
-        n = self.cfg.hc_expansion
-        h_LxNxD = jnp.broadcast_to(x_LxD[:, None, :], (x_LxD.shape[0], n, x_LxD.shape[1]))
-        for t, (blk, mhc, k) in enumerate(
-            zip(self.blocks, self.mhcs, split_or_none(key, len(self.blocks)))
-        ):
-            pre_LxN, post_LxN, res_LxNxN = mhc.weights(h_LxNxD)
-            in_LxD = jnp.einsum("ln,lnd->ld", pre_LxN, h_LxNxD)
-            f_LxD = blk.branch(in_LxD, causal=causal, key=k)
-            h_LxNxD = (jnp.einsum("lij,ljd->lid", res_LxNxN, h_LxNxD)
-                       + jnp.einsum("ln,ld->lnd", post_LxN, f_LxD))
-            if collect:
-                states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": f_LxD,
-                           f"stream_{t}": jnp.sum(h_LxNxD, axis=1)}
-        out_LxD = jnp.sum(h_LxNxD, axis=1)
-        if collect:
-            states["final"] = out_LxD
-        return out_LxD, states
+        return run_streams(self.blocks, self.mhcs, x_LxD, self.cfg.hc_expansion,
+                           lambda mhc, h: mhc.weights(h), "lij,ljd->lid", causal=causal,
+                           key=key, collect=collect)
