@@ -12,10 +12,10 @@ unresolved).
 **Design.** The trained models of :func:`dca_theory.lab.lm_grid.ablation_specs` (Tiny Shakespeare,
 width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
 and ``grn_v3_open`` / ``dca_open`` with the ``open`` gate; ``<kind>_bias_inside`` and
-``<kind>_small_init`` train the same model with those gates (:mod:`dca_theory.gates`), the gate
-under which Figure 10's "negative bias ... filtered out by the ReLU" reading is possible. For every GRN and seed,
-:func:`dca_theory.lab.analysis.bias_profile` gives the median and 5-95% band of b over the 64
-features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
+``<kind>_small_init`` train the same model with those gates (:mod:`dca_theory.gates`; the bias
+inside is the form under which Figure 10's "negative bias ... filtered out by the ReLU" reading
+is possible). For every GRN and seed, :func:`dca_theory.lab.analysis.bias_profile` gives the
+median and 5-95% band of b over the 64 features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
 slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are
 all intermediate slots below both ends? What fraction of intermediate medians is negative? The
 gate weights w: L2 norm and max |w| per GRN and seed. With the paper's gate and w = 0 at init,
@@ -56,10 +56,10 @@ from dca_theory.lab.lm_settings import (
     WEIGHT_KINDS,
     WeightsSettings,
     ablation_settings,
-    split_gate,
     experiment_settings,
     run_cache,
     run_config,
+    split_gate,
 )
 from dca_theory.overrides import run_dir, summary_entry
 

@@ -6,7 +6,9 @@ and the output GRN). In each panel the x-axis is the GRN's stack slot (``in`` = 
 ``j`` = block j's output, 1-based), the line is the median of b over the features (averaged
 over seeds) and the band the 5-95% range (seed-averaged percentiles), one colour per GRN-v3
 gate (:mod:`dca_theory.gates`: the paper's literal gate, open, bias inside, small init); with
-the bias inside, b < 0 switches an entry off (Figure 10's reading); dotted: the initial b = 1; dash-dotted: where b = 1 would end under AdamW's weight decay alone (no gradient).
+the bias inside, b < 0 switches an entry off (Figure 10's reading); dotted: the initial b = 1;
+dash-dotted: where b = 1 would end under AdamW's weight decay alone (no gradient). A second row
+shows the effective weight per entry once the gate acts (token mean, median over features).
 Figure 10 itself shows a 30-layer model. Reads ``results_dir/lm_weights/summary.json`` only;
 writes PNG, PDF and a CSV per figure.
 """

@@ -47,7 +47,7 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
             rows += [{"task": task, "kind": kind, "lr": lr, "step": int(s), "mse_median": m}
                      for s, m in zip(steps[::10], med[::10])]
         ax.set_yscale("log")
-        ax.set_xlabel("SGD step (batch %d)" % cfg["batch_size"])
+        ax.set_xlabel(f"SGD step (batch {cfg['batch_size']})")
         ax.set_ylabel("training MSE per coordinate")
         ax.set_title(TITLES.get(task, task))
     # One legend under both panels: in (b) the curves fill the whole axes. ResNet, GRN-v2 and

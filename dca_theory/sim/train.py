@@ -47,7 +47,8 @@ class ToyTrainConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; "
+                             f"valid: {', '.join(OPTIMIZERS)}")
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; valid: {', '.join(LOSSES)}")
         check_finite("learning_rate/noise_std", jnp.array([self.learning_rate, self.noise_std]))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from zoo_helpers import perturb
 
+from dca_theory.gates import GATES
 from dca_theory.lm.blocks import LayerNorm
 from dca_theory.lm.fast_path import (
     combine_and_norm,
@@ -27,7 +28,6 @@ from dca_theory.lm.fast_path import (
     middle_add,
     separate_add,
 )
-from dca_theory.gates import GATES
 from dca_theory.residual import ResidualStack, make_combiner
 
 RTOL = 1e-12
