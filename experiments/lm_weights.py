@@ -10,37 +10,35 @@ plotted values lie in about [-0.2, 0.3] although b starts at 1 (``dca-paper.md``
 unresolved).
 
 **Design.** The trained models of :func:`dca_theory.lab.lm_grid.ablation_specs` (Tiny Shakespeare,
-width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate
-and ``grn_v3_open`` / ``dca_open`` with the ``open`` gate; ``<kind>_bias_inside`` and
+width 64, depth 4, 400 steps, seeds 0, 1, 2): ``grn_v3`` and ``dca`` with the paper's ReLU gate and
+``grn_v3_open`` / ``dca_open`` with the ``open`` gate; ``<kind>_bias_inside`` and
 ``<kind>_small_init`` train the same model with those gates (:mod:`dca_theory.gates`; the bias
-inside is the form under which Figure 10's "negative bias ... filtered out by the ReLU" reading
-is possible). For every GRN and seed, :func:`dca_theory.lab.analysis.bias_profile` gives the
-median and 5-95% band of b over the 64 features per stack slot. Shape checks over every GRN with at least 3 slots: are the two largest
-slot medians the input and the newest output? Is the input's the largest (or the smallest)? Are
-all intermediate slots below both ends? What fraction of intermediate medians is negative? The
-gate weights w: L2 norm and max |w| per GRN and seed. With the paper's gate and w = 0 at init,
-ReLU'(0) = 0 gives w exactly zero gradient, so w must stay exactly 0 (AdamW's decay of 0 is 0);
-with the open gate w trains. AdamW's decoupled weight decay acts on b too: ``decay_only_b`` is
-where b = 1 would end with no gradient at all (our 400 steps: ~0.96; the paper's 500k-step
-recipe: ~1e-3, which may explain why Figure 10's biases lie in [-0.2, 0.3] although b starts at
-1).
+inside is the form under which Figure 10's "negative bias ... filtered out by the ReLU" reading is
+possible). For every GRN and seed, :func:`dca_theory.lab.analysis.bias_profile` gives the median and
+5-95% band of b over the 64 features per stack slot. Shape checks over every GRN with at least 3
+slots: are the two largest slot medians the input and the newest output? Is the input's the largest
+(or the smallest)? Are all intermediate slots below both ends? What fraction of intermediate medians
+is negative? The gate weights w: L2 norm and max |w| per GRN and seed. With the paper's gate and w =
+0 at init, ReLU'(0) = 0 gives w exactly zero gradient, so w must stay exactly 0 (AdamW's decay of 0
+is 0); with the open gate w trains. AdamW's decoupled weight decay acts on b too: ``decay_only_b``
+is where b = 1 would end with no gradient at all (our 400 steps: ~0.96; the paper's 500k-step
+recipe: ~1e-3, which may explain why Figure 10's biases lie in [-0.2, 0.3] although b starts at 1).
 
 **Command.** ``dca-theory run lm_weights`` (full; reads the cache ``experiments/results/lm_runs``,
 writes ``experiments/results/lm_weights``) or ``dca-theory run lm_weights --quick`` (width 16,
 depth 2, 30 steps, seeds 0, 1; cache ``runs/lm_runs``). Figure: ``figures/fig_lm_weights.py``.
 
-**Runtime.** Full with the cache filled: seconds (loads 4 x 3 models; no training); from an
-empty cache 4 runs x 3 seeds, about 10-15 CPU-minutes on 2 cores. Quick, from an empty quick
-cache: about 1 minute on an idle 2-core machine (4 small compilations).
-
-Measured: with the cache filled, 2 min wall (15 s CPU) on the shared, heavily loaded 2-core
-machine.
+**Runtime.** With the parameters in the cache: about 30 s (8 x 3 models loaded, their effective
+weights over 8 validation sequences). Parameters are not committed, so on a fresh clone the 8
+runs x 3 seeds retrain first: about 45 minutes on the loaded 2-core machine. Quick, from an empty
+quick cache: about 1.5 minutes there (8 small compilations).
 
 **Expected result** (measured, committed run; see ``paper/05_lm/weights.md``): every median of
-b lies within ±0.05 of the decay-only value 0.962 (no negative bias anywhere). The input has the
-largest bias in 6/6 GRN-v3 and 15/18 DCA block GRNs (paper gate) but the smallest in the output
-GRN (0.914 vs 0.97-0.985, all seeds, both gates). Paper gate: w exactly 0 everywhere; open gate:
-per-GRN ||w|| about 0.13-0.26 (max |w| 0.09).
+b lies within ±0.05 of the decay-only value 0.962 under all four gates (no negative bias). With
+the paper gate w is exactly 0 everywhere; with every live gate ||w|| per GRN is about 0.2. With
+the bias inside, the effective weights of block GRNs put the input first and switch intermediate
+entries off (up to 52 % of coefficients 0); the output GRN weights the input least under every
+gate.
 """
 
 from __future__ import annotations

@@ -28,16 +28,15 @@ and its custom VJP saves only the entries themselves (alive anyway as layer outp
            \bar b_{j,i} = \sum_{\text{batch}} \bar y_j \odot h_i ,\quad
            \bar w_j = \sum_i \sum_{\text{batch}} \bar p_{j,i}\, h_i .
 
-That is the bias-outside form (gates ``paper``, ``open``, ``small_init`` of
-:mod:`dca_theory.gates`; ``gate'(0)`` is 0 for ``paper`` and 1 for ``open``). With the bias
-inside (``bias_inside``, :math:`c_{j,i} = \mathrm{relu}(b_{j,i} + p_{j,i})`) the derivative
-acts per feature, :math:`m = \mathrm{relu}'(b_{j,i} + p_{j,i})`, on both parameters:
-:math:`\bar b_{j,i} = \sum_{\text{batch}} m \odot \bar y_j \odot h_i` and
-:math:`\bar p_{j,i} = \langle m \odot \bar y_j, h_i \rangle`. :func:`grn_layer_norm` fuses a DCA
-block's three GRNs with their LayerNorms (:func:`dca_theory.lm.norm.layer_norm`): its backward
-pass keeps neither the GRN outputs nor the normalised ones, only the entries and the gate pre-activations, and recomputes
-the rest (the LayerNorm outputs are kept by the attention projections that read them, as in a
-pre-LN block).
+That is the bias-outside form (gates ``paper``, ``open``, ``small_init`` of :mod:`dca_theory.gates`;
+``gate'(0)`` is 0 for ``paper`` and 1 for ``open``). With the bias inside (``bias_inside``,
+:math:`c_{j,i} = \mathrm{relu}(b_{j,i} + p_{j,i})`) the derivative acts per feature, :math:`m =
+\mathrm{relu}'(b_{j,i} + p_{j,i})`, on both parameters: :math:`\bar b_{j,i} = \sum_{\text{batch}} m
+\odot \bar y_j \odot h_i` and :math:`\bar p_{j,i} = \langle m \odot \bar y_j, h_i \rangle`.
+:func:`grn_layer_norm` fuses a DCA block's three GRNs with their LayerNorms
+(:func:`dca_theory.lm.norm.layer_norm`): its backward pass keeps neither the GRN outputs nor the
+normalised ones, only the entries and the gate pre-activations, and recomputes the rest (the
+LayerNorm outputs are kept by the attention projections that read them, as in a pre-LN block).
 
 **What XLA:CPU needs** (jax 0.10; measurements in ``paper/06_performance.md`` §6.1, §6.8). The
 mechanism above is not enough on its own: four tricks make the compiled program do what it
