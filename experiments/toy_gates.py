@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from dca_theory import gates
 from dca_theory.io import RunDir
-from dca_theory.lab.statistics import paired
+from dca_theory.lab.statistics import holm, paired
 from dca_theory.nets import DeepLinear, MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
 from dca_theory.residual import AbstractCombiner
@@ -152,16 +152,6 @@ def _train(build, kind, gate, teacher, tcfg, dim, cfg) -> dict:
             "train_loss_final": np.asarray(losses[:, -1]).tolist(), "steps": tcfg.steps}
 
 
-def holm(p_values: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order as given)."""
-    order = np.argsort(p_values)
-    adjusted, running = np.empty(len(p_values)), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted.tolist()
-
-
 def compare(rows: dict) -> list[dict]:
     """Per setup, configuration and gate: D = 100·(ln MSE_v3 − ln MSE_v2), paired by seed, with
     its t-interval and the Holm-adjusted p-value over every test; ``advantage`` by the rule of
@@ -176,6 +166,7 @@ def compare(rows: dict) -> list[dict]:
             out.append({"setup": setup, "config": label, "gate": gate, "D": d,
                         "w_grad_step0_mean": float(np.mean(r["w_grad_step0"])),
                         "w_norm_final_mean": float(np.mean(r["w_norm_final"]))})
+    # a test without a p-value (zero spread: the paper gate equals GRN-v2) counts as p = 1
     ps = [1.0 if c["D"]["p_value"] is None else c["D"]["p_value"] for c in out]
     for c, p in zip(out, holm(ps)):
         ci = c["D"]["ci95"]

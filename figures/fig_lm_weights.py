@@ -65,11 +65,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
                      for k in present}
         grns = panel_grns(list(profiles[present[0]]))
         has_effective = all(effective[k] for k in present)
-        fig, axes = figure(len(grns), width=FULL, height=3.6 if has_effective else 1.9,
-                           sharey="row", squeeze=False)
-        if has_effective:  # a second row: what the GRN weights each entry by, gate included
-            fig.clear()
-            axes = fig.subplots(2, len(grns), sharey="row", squeeze=False)
+        # with a second row: what the GRN weights each entry by, gate included
+        fig, axes = figure(len(grns), nrows=2 if has_effective else 1, width=FULL,
+                           height=3.6 if has_effective else 1.9, sharey="row", squeeze=False)
         rows = []
         for col, grn in enumerate(grns):
             ax = axes[0, col]

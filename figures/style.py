@@ -128,11 +128,12 @@ RC = {
 }
 
 
-def figure(ncols: int = 1, *, width: float | None = None, height: float = HEIGHT, **kwargs):
-    """A figure with ``ncols`` panels in the house style."""
+def figure(ncols: int = 1, *, nrows: int = 1, width: float | None = None, height: float = HEIGHT,
+           **kwargs):
+    """A figure with ``nrows`` x ``ncols`` panels in the house style."""
     plt.rcParams.update(RC)
     width = width or (COLUMN if ncols == 1 else FULL)
-    return plt.subplots(1, ncols, figsize=(width, height), layout="constrained", **kwargs)
+    return plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", **kwargs)
 
 
 def save(fig, out_dir: Path, name: str, *, rows: list[dict] | None = None,

@@ -137,13 +137,14 @@ def effective_profile(model: TransformerLM, tokens_NxL: Int[ArrayLike, "N L"]) -
 
     if model.cfg.k is not None or model.cfg.grn_window is not None:
         raise ValueError("effective_profile needs full stacks; valid: k=None, grn_window=None")
-    per_seq = [residual_states(model, np.asarray(t)) for t in np.asarray(tokens_NxL)]
+    per_seq = [_grn_stacks(model, residual_states(model, np.asarray(t)))
+               for t in np.asarray(tokens_NxL)]
     rows = []
     for name, (grn, n_out) in named_grns(model).items():
         if grn.w is None:
             continue
         gate = gate_registry.get(grn.gate)
-        stack = np.concatenate([_grn_stacks(model, s)[name] for s in per_seq], axis=1)
+        stack = np.concatenate([stacks[name] for stacks in per_seq], axis=1)
         b, w = np.asarray(grn.b, np.float64), np.asarray(grn.w, np.float64)
         stack = stack.astype(np.float64)
         pre = stack @ w  # (S, tokens)

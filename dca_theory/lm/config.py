@@ -104,8 +104,6 @@ class ModelConfig:
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be > 0, got {self.ln_eps!r}")
         object.__setattr__(self, "grn_gate", gates.canonical(self.grn_gate))
-        if schemes.get(self.residual).gated:
-            gates.warn_if_frozen(self.grn_gate)
         if self.grn_impl not in GRN_IMPLS:
             raise ValueError(f"unknown grn_impl {self.grn_impl!r}; valid: {', '.join(GRN_IMPLS)}")
         self._check_grn_window()

@@ -12,6 +12,7 @@ import contextlib
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dca_theory.lm.config import ModelConfig
 
@@ -40,6 +41,13 @@ class BigramMLP(eqx.Module):
 
 def build_bigram(cfg: ModelConfig, *, key) -> BigramMLP:
     return BigramMLP(cfg, key=key)
+
+
+def write_word_corpus(path, *, seed: int, words) -> str:
+    """A small text file of 200 lines of 9 random ``words`` (a corpus for tiny LM runs)."""
+    rng = np.random.default_rng(seed)
+    path.write_text("\n".join(" ".join(rng.choice(words, 9)) for _ in range(200)) + "\n")
+    return path
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from lm_train_helpers import build_bigram, float32
+from lm_train_helpers import build_bigram, float32, write_word_corpus
 
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.checkpoint import Checkpointer
@@ -33,11 +33,8 @@ def _f32():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "corpus.txt"
-    rng = np.random.default_rng(1)
-    words = ["one", "two", "three", "four", "five", "six", "seven"]
-    path.write_text("\n".join(" ".join(rng.choice(words, 9)) for _ in range(200)) + "\n")
-    return path
+    return write_word_corpus(tmp_path_factory.mktemp("data") / "corpus.txt", seed=1,
+                             words=["one", "two", "three", "four", "five", "six", "seven"])
 
 
 def _cfg(corpus, steps=7):

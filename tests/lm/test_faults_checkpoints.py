@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
-from lm_train_helpers import build_bigram, float32
+from lm_train_helpers import build_bigram, float32, write_word_corpus
 
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.config import PRESETS
@@ -46,11 +46,8 @@ def _f32():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "corpus.txt"
-    rng = np.random.default_rng(1)
-    words = ["one", "two", "three", "four", "five", "six", "seven"]
-    path.write_text("\n".join(" ".join(rng.choice(words, 9)) for _ in range(200)) + "\n")
-    return path
+    return write_word_corpus(tmp_path_factory.mktemp("data") / "corpus.txt", seed=1,
+                             words=["one", "two", "three", "four", "five", "six", "seven"])
 
 
 def run_cfg(corpus, steps=4):
