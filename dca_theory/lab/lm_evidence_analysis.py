@@ -114,11 +114,14 @@ def trajectory(records: dict[tuple[str, int], dict], arm: str, base: str,
 
 
 def cumulative_eval_times(curves: dict[str, np.ndarray]) -> np.ndarray:
-    """Wall seconds of training up to each evaluation, the first step's compilation replaced
-    by the median step (evaluation time itself excluded: it is the same for every arm)."""
+    """Wall seconds of training up to each evaluation, each compiling step (the first, and the
+    first after every resume) replaced by the median step (evaluation time itself excluded: it
+    is the same for every arm)."""
     t = curves["step_time"].astype(float).copy()
-    if t.size > 1:
-        t[0] = np.median(t[1:])
+    compiling = np.zeros(t.size, bool)
+    compiling[curves.get("restart_steps", np.array([0]))] = True
+    if (~compiling).any():
+        t[compiling] = np.median(t[~compiling])
     return np.cumsum(t)[curves["eval_steps"] - 1]
 
 

@@ -12,8 +12,11 @@ DCA models appear in five of them), so every run of a :class:`RunSpec` is stored
 ``<results>/lm_runs/<label>-<hash>/``: ``record.json`` (configs and per-seed results, written
 last, so a half-finished run is never reused), ``curves.npz`` (loss and gradient norm of every
 step, wall time of every step, periodic validation losses) and ``params.npz`` (the trained
-parameters; git-ignored). Delete a folder to retrain that run. The hash covers the model and
-training configs, the seeds and the starting point, never paths.
+parameters; git-ignored). While a run trains, ``partial.npz`` (git-ignored) holds a checkpoint
+every ``CHECKPOINT_EVERY`` steps, so a run interrupted with its sitting continues from there
+(:mod:`dca_theory.lab.seed_checkpoint`); it is deleted once the record is written. Delete a
+folder to retrain that run. The hash covers the model and training configs, the seeds and the
+starting point, never paths.
 """
 
 from __future__ import annotations
@@ -194,6 +197,8 @@ def cached_corpus(name: str, bpe_vocab_size: int = 8192):
 
 
 _CORPORA: dict = {}
+PARTIAL = "partial.npz"  # a mid-run checkpoint (lab.seed_checkpoint); gone once the run finishes
+CHECKPOINT_EVERY = 250  # steps; a few minutes of the slowest evidence run, a few MB to write
 
 
 def is_cached(s: RunSpec, cache: Path) -> bool:
@@ -219,13 +224,15 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
     corpus = cached_corpus(s.train.data, s.train.bpe_vocab_size)
     runs = train_lm_seeds(s.model, s.train, s.seeds, corpus=corpus,
                           models=models, desc=s.label, keep_params=True,
-                          final_batches=s.final_batches,
+                          final_batches=s.final_batches, checkpoint=folder / PARTIAL,
+                          checkpoint_every=CHECKPOINT_EVERY,
                           log=(lambda **r: log(run=s.label, **r)) if log else None)
     folder.mkdir(parents=True, exist_ok=True)
     _save_params(folder, runs)
     np.savez_compressed(folder / "curves.npz", loss=runs.loss_SxT.astype(np.float32),
                         grad_norm=runs.grad_norm_SxT.astype(np.float32),
                         step_time=runs.step_time_T.astype(np.float32),
+                        restart_steps=np.array(runs.restart_steps),
                         eval_steps=np.array([e["step"] for e in runs.evals]),
                         eval_valid_loss=np.array([e["valid_loss"] for e in runs.evals]))
     from dca_theory.io import environment
@@ -233,6 +240,7 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
     record = {"key": s.key, "label": s.label, **s.identity(), **runs.record(),
               "resolved_model": to_jsonable(runs.model_cfg), "environment": environment()}
     write_json(folder / "record.json", record)
+    (folder / PARTIAL).unlink(missing_ok=True)  # the record is written: the run is finished
     return read_json(folder / "record.json")
 
 

@@ -15,9 +15,11 @@ architectures the same data order*, so differences between residual kinds are pa
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -25,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from dca_theory.lab import seed_checkpoint
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.optim import make_lm_optimizer
@@ -55,6 +58,7 @@ class SeedRuns:
     final: dict[str, np.ndarray] = field(default_factory=dict)
     params: object = None  # stacked trained parameters (leading axis S)
     static: object = None
+    restart_steps: tuple[int, ...] = (0,)  # steps whose time includes compilation (a process start)
 
     def model(self, i: int):
         """The trained model of the ``i``-th seed."""
@@ -62,9 +66,11 @@ class SeedRuns:
 
     @property
     def median_step_s(self) -> float:
-        """Median wall time of one all-seed step, compilation (step 0) excluded."""
-        t = self.step_time_T[1:] if len(self.step_time_T) > 1 else self.step_time_T
-        return float(np.median(t))
+        """Median wall time of one all-seed step, the compiling steps (every process start:
+        step 0 and each resume) excluded."""
+        keep = np.ones(len(self.step_time_T), bool)
+        keep[list(self.restart_steps)] = False
+        return float(np.median(self.step_time_T[keep] if keep.any() else self.step_time_T))
 
     def record(self) -> dict:
         """A JSON-ready summary (per-seed numbers, no per-step arrays)."""
@@ -72,6 +78,7 @@ class SeedRuns:
         final |= {f"{k}_ppl": np.exp(v).tolist() for k, v in self.final.items()}
         return {"n_params": self.n_params, "seeds": list(self.seeds),
                 "median_step_s": self.median_step_s, "compile_step_s": float(self.step_time_T[0]),
+                "restart_steps": list(self.restart_steps),
                 "final_train_loss": self.loss_SxT[:, -1].tolist(),
                 "valid_history": [{"step": e["step"], "valid_ppl": np.exp(e["valid_loss"]).tolist()}
                                   for e in self.evals], **final}
@@ -110,12 +117,18 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
                    corpus: lm_data.Corpus | None = None, models: Sequence[eqx.Module] | None = None,
                    build: Callable = default_builder, desc: str | None = None,
                    log: Callable[..., None] | None = None, keep_params: bool = False,
-                   final_batches: int | None = None) -> SeedRuns:
+                   final_batches: int | None = None, checkpoint: str | Path | None = None,
+                   checkpoint_every: int | None = None) -> SeedRuns:
     """Train ``len(seeds)`` models of ``model_cfg`` with ``train_cfg`` (its ``seed`` is ignored).
 
     ``models`` gives the starting models (one per seed, e.g. retrofitted ones); by default they
     are freshly initialised. ``log(**record)`` receives every ``log_every``-th step and every
     evaluation (``seed``-indexed lists). A non-finite loss stops with ``FloatingPointError``.
+
+    ``checkpoint``: a file for mid-run checkpoints (:mod:`dca_theory.lab.seed_checkpoint`),
+    written every ``checkpoint_every`` steps (default: ``train_cfg.eval_every``); if it exists the
+    run continues from it, with the same result as an uninterrupted run. The caller deletes it
+    once the run's results are saved.
     """
     train_cfg = train_cfg.validate()
     seeds = tuple(int(s) for s in seeds)
@@ -145,10 +158,21 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
     gnorm = np.zeros((n_seeds, n_steps))
     times = np.zeros(n_steps)
     evals: list[dict] = []
-    bar = tqdm(total=n_steps, desc=desc or model_cfg.residual, disable=not train_cfg.progress,
-               unit="step", dynamic_ncols=True, leave=False)
+    start, restarts = 0, [0]
+    if checkpoint is not None:
+        fp = seed_checkpoint.fingerprint(model_cfg, train_cfg, seeds, (params, opt_state))
+        every = checkpoint_every or train_cfg.eval_every
+        partial = seed_checkpoint.load(checkpoint, (params, opt_state), fp)
+        if partial is not None:
+            start, (params, opt_state), evals = partial.step, partial.state, partial.evals
+            loss[:, :start], gnorm[:, :start] = partial.loss_SxT, partial.grad_norm_SxT
+            times[:start], restarts = partial.step_time_T, [*partial.restart_steps, start]
+            print(f"resuming {desc or model_cfg.residual} from step {start} of {n_steps} "
+                  f"({checkpoint})", file=sys.stderr)
+    bar = tqdm(total=n_steps, initial=start, desc=desc or model_cfg.residual,
+               disable=not train_cfg.progress, unit="step", dynamic_ncols=True, leave=False)
     try:
-        for step in range(n_steps):
+        for step in range(start, n_steps):
             batch = _stacked_batch(corpus.train, seeds, step, seq_len, train_cfg.batch_size)
             start = time.perf_counter()
             params, opt_state, metrics = step_fn(params, opt_state, rng_S, batch, np.int32(step))
@@ -171,6 +195,9 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
                 bar.set_postfix(valid_ppl=f"{float(np.exp(v.mean())):.2f}")
                 if log is not None:
                     log(step=done, kind="eval", valid_loss=v.tolist())
+            if checkpoint is not None and done % every == 0 and done != n_steps:
+                seed_checkpoint.save(checkpoint, done, (params, opt_state), loss, gnorm, times,
+                                     evals, restarts, fp)
     finally:
         bar.close()
     final = {s: _evaluate(eval_fn, params, corpus.split(s), **eval_kw, max_batches=final_batches)
@@ -180,4 +207,5 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
         log(step=n_steps, kind="final", **{f"{s}_loss": v.tolist() for s, v in final.items()})
     n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(params)))
     return SeedRuns(model_cfg, train_cfg, seeds, n_params, loss, gnorm, times, evals, final,
-                    params if keep_params else None, static if keep_params else None)
+                    params if keep_params else None, static if keep_params else None,
+                    tuple(restarts))

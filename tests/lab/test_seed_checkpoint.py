@@ -1,0 +1,98 @@
+"""Mid-run checkpoints of the multi-seed trainer: a run interrupted and resumed ends exactly where
+an uninterrupted run ends; a checkpoint of another run, or a damaged one, is refused in one line;
+the run cache deletes the checkpoint once the run's record is written."""
+
+import jax
+import numpy as np
+import pytest
+
+from dca_theory.lab import lm_runs
+from dca_theory.lab.lm_evidence_analysis import cumulative_eval_times
+from dca_theory.lab.seeds import train_lm_seeds
+from dca_theory.lm import data as lm_data
+from dca_theory.lm.config import PRESETS
+from dca_theory.lm.train_config import LMTrainConfig
+
+TC = LMTrainConfig(data="shakespeare", seq_len=16, batch_size=4, steps=10, warmup_steps=2,
+                   eval_every=3, eval_batches=1, log_every=1, progress=False)
+CFG = PRESETS["tiny"].replace(residual="dca", grn_gate="bias_inside")
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir):
+    return lm_data.load_corpus("shakespeare", data_dir)
+
+
+def _stop_at(step):
+    def log(**record):
+        if record["kind"] == "train" and record["step"] == step:
+            raise Interrupt
+    return log
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(corpus, tmp_path):
+    whole = train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, keep_params=True, final_batches=2)
+    ckpt = tmp_path / "partial.npz"
+    with pytest.raises(Interrupt):  # killed after step 7; the last checkpoint is at step 4
+        train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt, checkpoint_every=4,
+                       log=_stop_at(7))
+    assert ckpt.is_file()
+    resumed = train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, keep_params=True, final_batches=2,
+                             checkpoint=ckpt, checkpoint_every=4)
+    assert resumed.restart_steps == (0, 4)
+    np.testing.assert_array_equal(resumed.loss_SxT, whole.loss_SxT)
+    np.testing.assert_array_equal(resumed.grad_norm_SxT, whole.grad_norm_SxT)
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.params),
+                    jax.tree_util.tree_leaves(whole.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert [e["step"] for e in resumed.evals] == [e["step"] for e in whole.evals] == [3, 6, 9, 10]
+    for a, b in zip(resumed.evals, whole.evals):
+        np.testing.assert_array_equal(a["valid_loss"], b["valid_loss"])
+    np.testing.assert_array_equal(resumed.final["test"], whole.final["test"])
+    assert resumed.record()["restart_steps"] == [0, 4]
+
+
+def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused(corpus, tmp_path, capsys):
+    ckpt = tmp_path / "partial.npz"
+    with pytest.raises(Interrupt):
+        train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt, checkpoint_every=2,
+                       log=_stop_at(3))
+    with pytest.raises(ValueError, match="belongs to a different run") as err:
+        train_lm_seeds(CFG, TC.replace(lr=TC.lr * 2), (0, 1), corpus=corpus, checkpoint=ckpt)
+    assert "\n" not in str(err.value) and str(ckpt) in str(err.value)
+    with pytest.raises(ValueError, match="belongs to a different run"):
+        train_lm_seeds(CFG, TC, (0, 2), corpus=corpus, checkpoint=ckpt)
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # a truncated file
+    with pytest.raises(ValueError, match="unreadable checkpoint") as err:
+        train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt)
+    assert "\n" not in str(err.value)
+
+
+def test_the_run_cache_resumes_and_then_deletes_its_checkpoint(corpus, tmp_path, monkeypatch,
+                                                               capsys):
+    spec = lm_runs.RunSpec(label="ckpt", model=CFG, train=TC, seeds=(0, 1), final_batches=2)
+    monkeypatch.setattr(lm_runs, "CHECKPOINT_EVERY", 4)
+    monkeypatch.setattr(lm_runs, "cached_corpus", lambda *a: corpus)
+    folder = tmp_path / spec.key
+
+    def stop(**record):
+        if record.get("kind") == "train" and record["step"] == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        lm_runs.ensure_run(spec, tmp_path, log=stop)
+    assert (folder / lm_runs.PARTIAL).is_file() and not lm_runs.is_cached(spec, tmp_path)
+    record = lm_runs.ensure_run(spec, tmp_path)
+    assert "resuming ckpt from step 4 of 10" in capsys.readouterr().err
+    assert record["restart_steps"] == [0, 4]
+    assert not (folder / lm_runs.PARTIAL).exists()
+    curves = lm_runs.load_curves(spec, tmp_path)
+    # the resumed step's compilation is replaced by the median step, like step 0's
+    t = curves["step_time"].astype(float)
+    median = np.median(np.delete(t, [0, 4]))
+    expected = np.cumsum(np.where(np.isin(np.arange(10), [0, 4]), median, t))
+    np.testing.assert_allclose(cumulative_eval_times(curves), expected[curves["eval_steps"] - 1])
