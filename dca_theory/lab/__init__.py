@@ -22,6 +22,8 @@ Language-model runs:
 Measurements and statistics:
 
 * :mod:`.statistics`: mean ± std over seeds and seed-paired differences (paired t-test);
+* :mod:`.verdicts`: the LM verdict table's statistics from the committed results (Holm per
+  claim, pooled configurations, one verdict rule);
 * :mod:`.time_to_reach`: the time a run takes to reach another's final quality (Table 1);
 * :mod:`.stability`: a precise definition of a loss spike, and rate statistics;
 * :mod:`.steptime`: alternated train-step timing, shared with ``benchmarks/``;
