@@ -27,6 +27,15 @@ is the median over rounds; tokens/s = batch·seq / median step time; the ratio i
 tokens/s(ours 2-DCA) / tokens/s(theirs). ``os.getloadavg()`` before and after, the thread
 settings of both libraries and the parameter counts go into the JSON record.
 
+Model FLOP utilisation (MFU) of our two steps, against the machine's matmul FLOP/s measured in
+the same rounds: a jitted float32 (1024 x 1024) @ (1024 x 1024) product, 8 times per call, is
+one more variant of the rotation, so the peak and the steps see the same load. Model FLOPs per
+step are the transformer's (PaLM's count): 6 T N + 12 T L d s, with T = batch·seq tokens, N the
+matmul weights (per layer 4 d² + 2 d d_mlp, plus the d x V output projection), L layers, width d
+and sequence s. DCA's GRN work is not counted, so its overhead shows as a lower MFU. XLA's own
+count for the compiled step (``cost_analysis``) is recorded beside it. ``--no-torch`` measures
+ours and the peak only (no torch needed).
+
 Usage::
 
     python benchmarks/vs_pytorch.py --repeats 5 --json benchmarks/results/vs_pytorch_w512.json
@@ -64,6 +73,8 @@ from dca_theory.lm.params import param_count  # noqa: E402
 
 TARGET_RATIO = 1.5
 OURS_KDCA, OURS_VANILLA, THEIRS = "ours_kdca", "ours_vanilla", "theirs_dcagpt"
+PEAK = "matmul_peak"  # not a model: the machine's matmul FLOP/s, timed in the same rotation
+PEAK_N, PEAK_REPS = 1024, 8
 SMOKE = {"width": 64, "depth": 2, "seq": 16, "batch": 2, "vocab": 256, "repeats": 2,
          "warmup": 1}
 
@@ -81,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true",
                    help=f"tiny sizes for a quick check: {SMOKE} (overrides those flags)")
     p.add_argument("--json", default=None, help="also write the record to this file")
+    p.add_argument("--no-torch", action="store_true",
+                   help="time ours and the matmul peak only (MFU; no torch needed)")
     args = p.parse_args(argv)
     if args.smoke:
         for name, value in SMOKE.items():
@@ -131,14 +144,43 @@ def torch_setup(args, tokens: np.ndarray):
     return step, int(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
 
-def jax_setup(variant: str, args):
-    """``(step_fn, n_params)`` for our jitted train step; state is carried across calls."""
+def model_flops_per_step(cfg, batch: int) -> float:
+    """The transformer's training FLOPs per step (PaLM's count; see the module docstring)."""
+    d, L, s = cfg.d_model, cfg.n_layers, cfg.max_len
+    n_matmul = L * (4 * d * d + 2 * d * cfg.d_mlp) + d * cfg.vocab_size
+    tokens = batch * s
+    return 6.0 * tokens * n_matmul + 12.0 * tokens * L * d * s
+
+
+def peak_setup():
+    """``(step_fn, None)``: one call multiplies two float32 1024² matrices ``PEAK_REPS`` times."""
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (PEAK_N, PEAK_N), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+
+    def step() -> float:
+        for _ in range(PEAK_REPS):
+            out = f(a)
+        out.block_until_ready()
+        return 0.0
+
+    return step, None
+
+
+def jax_setup(variant: str, args, xla_flops: dict | None = None, name: str = ""):
+    """``(step_fn, n_params)`` for our jitted train step; state is carried across calls.
+    ``xla_flops[name]`` receives XLA's FLOP count of the compiled step."""
     cfg = model_config(variant, width=args.width, depth=args.depth, seq=args.seq,
                        vocab=args.vocab)
     if cfg.k is not None:
         cfg = dataclasses.replace(cfg, k=args.k)
     fn, call_args = train_setup(cfg, args.batch)
     jitted = jax.jit(fn)
+    if xla_flops is not None:
+        cost = jitted.lower(*call_args).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        xla_flops[name] = float(cost.get("flops", float("nan"))) if cost else float("nan")
     state = {"args": call_args}
 
     def step() -> float:
@@ -151,15 +193,15 @@ def jax_setup(variant: str, args):
 
 
 def run(args) -> dict:
-    import torch
-
     batch = synthetic_batch(args.batch, args.seq, args.vocab)  # the tokens our step sees
     ids = np.concatenate([np.asarray(batch["inputs"]), np.asarray(batch["targets"])[:, -1:]],
                          axis=1)  # (batch, seq + 1): DCAGPT splits inputs/labels itself
-    steps, params, first_loss, setup_s = {}, {}, {}, {}
-    builders = {OURS_KDCA: lambda: jax_setup("2-dca", args),
-                OURS_VANILLA: lambda: jax_setup("vanilla", args),
-                THEIRS: lambda: torch_setup(args, ids)}
+    steps, params, first_loss, setup_s, xla_flops = {}, {}, {}, {}, {}
+    builders = {OURS_KDCA: lambda: jax_setup("2-dca", args, xla_flops, OURS_KDCA),
+                OURS_VANILLA: lambda: jax_setup("vanilla", args, xla_flops, OURS_VANILLA),
+                PEAK: peak_setup}
+    if not args.no_torch:
+        builders[THEIRS] = lambda: torch_setup(args, ids)
     for name, build in builders.items():
         t = time.perf_counter()
         steps[name], params[name] = build()
@@ -177,25 +219,42 @@ def run(args) -> dict:
             steps[name]()
             times[name].append(time.perf_counter() - t)
     tokens_per_step = args.batch * args.seq
+    peak_times = times.pop(PEAK)
+    for d in (params, first_loss):
+        d.pop(PEAK)
     median = {n: statistics.median(ts) for n, ts in times.items()}
     tok_s = {n: tokens_per_step / m for n, m in median.items()}
-    return {"times_s": times, "median_s": median, "tokens_per_s": tok_s,
-            "ratio_ours_over_theirs": tok_s[OURS_KDCA] / tok_s[THEIRS],
-            "ratio_vanilla_over_theirs": tok_s[OURS_VANILLA] / tok_s[THEIRS],
-            "params": params, "first_loss": first_loss, "setup_s": setup_s,
-            "log_vocab": math.log(args.vocab), "tokens_per_step": tokens_per_step,
-            "torch_version": torch.__version__}
+    peak = 2.0 * PEAK_N**3 * PEAK_REPS / statistics.median(peak_times)
+    cfg = model_config("vanilla", width=args.width, depth=args.depth, seq=args.seq,
+                       vocab=args.vocab)
+    flops = model_flops_per_step(cfg, args.batch)
+    record = {"times_s": times, "median_s": median, "tokens_per_s": tok_s,
+              "params": params, "first_loss": first_loss, "setup_s": setup_s,
+              "log_vocab": math.log(args.vocab), "tokens_per_step": tokens_per_step,
+              "matmul_peak_times_s": peak_times, "matmul_peak_flops_per_s": peak,
+              "model_flops_per_step": flops, "xla_flops_per_step": xla_flops,
+              "mfu": {n: flops / median[n] / peak for n in (OURS_KDCA, OURS_VANILLA)}}
+    if THEIRS in median:
+        import torch
+
+        record |= {"ratio_ours_over_theirs": tok_s[OURS_KDCA] / tok_s[THEIRS],
+                   "ratio_vanilla_over_theirs": tok_s[OURS_VANILLA] / tok_s[THEIRS],
+                   "torch_version": torch.__version__}
+    return record
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    try:
-        import deep_cross_attention  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as err:
-        raise SystemExit(f"error: {err.name} is not installed; pip install -e '.[bench]'") from err
+    if not args.no_torch:
+        try:
+            import deep_cross_attention  # noqa: F401
+            import torch  # noqa: F401
+        except ImportError as err:
+            raise SystemExit(f"error: {err.name} is not installed; pip install -e '.[bench]' "
+                             "(or --no-torch for ours and the MFU only)") from err
     record = {"benchmark": "vs_pytorch", "config": vars(args).copy(),
-              "issue_target_ratio": TARGET_RATIO, "threads": thread_settings(),
+              "issue_target_ratio": TARGET_RATIO,
+              "threads": None if args.no_torch else thread_settings(),
               "machine_before": machine(),
               "note": ("DCAGPT (deep-cross-attention 0.1.1) keeps the first k and last k layer "
                        "outputs, not the paper's [input, sum of middle, last k]; it uses "
@@ -206,21 +265,29 @@ def main(argv=None) -> dict:
 
     load = (record["machine_before"]["loadavg_1_5_15"][0],
             record["machine_after"]["loadavg_1_5_15"][0])
-    th = record["threads"]
+    th = record["threads"] or {"torch_num_threads": "-", "XLA_FLAGS": os.environ.get(
+        "XLA_FLAGS", "")}
     print(f"\nwidth {args.width}, depth {args.depth}, heads {args.width // 64}, k {args.k}, "
           f"seq {args.seq}, batch {args.batch}, vocab {args.vocab}, float32 CPU, "
           f"{args.repeats} alternated rounds; load {load[0]:.1f} -> {load[1]:.1f} on "
           f"{record['machine_before']['cpu_count']} cores; torch threads "
           f"{th['torch_num_threads']}, XLA_FLAGS {th['XLA_FLAGS']!r}")
     print(f"{'variant':14s} {'params':>11s} {'median step [s]':>16s} {'tokens/s':>10s} "
-          f"{'vs theirs':>9s} {'first loss':>10s}")
+          f"{'vs theirs':>9s} {'MFU':>6s} {'first loss':>10s}")
     for name in record["median_s"]:
-        ratio = record["tokens_per_s"][name] / record["tokens_per_s"][THEIRS]
+        ratio = (record["tokens_per_s"][name] / record["tokens_per_s"][THEIRS]
+                 if THEIRS in record["median_s"] else float("nan"))
+        mfu = record["mfu"].get(name, float("nan"))
         print(f"{name:14s} {record['params'][name]:11d} {record['median_s'][name]:16.4f} "
-              f"{record['tokens_per_s'][name]:10.1f} {ratio:9.2f} "
+              f"{record['tokens_per_s'][name]:10.1f} {ratio:9.2f} {mfu:6.1%} "
               f"{record['first_loss'][name]:10.3f}")
-    print(f"ours {args.k}-DCA / theirs (tokens/s): {record['ratio_ours_over_theirs']:.2f} "
-          f"(target >= {TARGET_RATIO})")
+    print(f"matmul peak {record['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s; model FLOPs per "
+          f"step {record['model_flops_per_step'] / 1e9:.2f} G (XLA's count: "
+          + ", ".join(f"{n} {v / 1e9:.2f} G" for n, v in record["xla_flops_per_step"].items())
+          + ")")
+    if "ratio_ours_over_theirs" in record:
+        print(f"ours {args.k}-DCA / theirs (tokens/s): {record['ratio_ours_over_theirs']:.2f} "
+              f"(target >= {TARGET_RATIO})")
     return emit(record, args.json)
 
 

@@ -96,3 +96,31 @@ def test_smoke_run_writes_a_complete_record(bench, tmp_path):
         assert field in record["threads"]
     for when in ("machine_before", "machine_after"):
         assert len(record[when]["loadavg_1_5_15"]) == 3
+
+
+def test_model_flops_follow_the_palm_count(bench):
+    # width 64, depth 2, MLP 256, vocab 256, seq 16, batch 2: matmul weights per layer
+    # 4·64² + 2·64·256 = 49152, output 64·256 = 16384; T = 32 tokens.
+    from dca_theory.lm.config import ModelConfig
+
+    cfg = ModelConfig(vocab_size=256, max_len=16, d_model=64, n_heads=1, d_mlp=256, n_layers=2)
+    n = 2 * 49152 + 16384
+    assert bench.model_flops_per_step(cfg, 2) == 6 * 32 * n + 12 * 32 * 2 * 64 * 16
+
+
+@pytest.mark.slow
+def test_no_torch_run_reports_mfu_against_the_same_rounds_matmul_peak(bench, tmp_path):
+    out = tmp_path / "mfu.json"
+    record = bench.main(["--smoke", "--no-torch", "--json", str(out)])
+    assert json.loads(out.read_text(encoding="utf-8"))["mfu"] == record["mfu"]
+    assert "theirs_dcagpt" not in record["median_s"] and "ratio_ours_over_theirs" not in record
+    assert len(record["matmul_peak_times_s"]) == record["config"]["repeats"]
+    for name in ("ours_kdca", "ours_vanilla"):
+        # MFU = model FLOPs / median step / peak, a fraction of the machine's matmul rate
+        expected = record["model_flops_per_step"] / record["median_s"][name] / \
+            record["matmul_peak_flops_per_s"]
+        assert record["mfu"][name] == pytest.approx(expected, rel=1e-12)
+        assert 0 < record["mfu"][name] < 1.5  # tiny sizes can beat a 1024² matmul only a little
+        # XLA's count of the compiled step includes the optimizer and softmax: at least the
+        # matmul count's order of magnitude
+        assert record["xla_flops_per_step"][name] > 0.3 * record["model_flops_per_step"]
