@@ -40,7 +40,10 @@ LayerNorm outputs are kept by the attention projections that read them, as in a 
 
 **What XLA:CPU needs** (jax 0.10; measurements in ``paper/06_performance.md`` §6.1, §6.8). The
 mechanism above is not enough on its own: four tricks make the compiled program do what it
-says, and this is the only place that explains them.
+says, and this is the only place that explains them. Tricks 1 and 2 work around XLA:CPU's
+fusion and CSE passes and were measured there only, so they are lowered for the CPU alone
+(``lax.platform_dependent``): the program lowered for a GPU or TPU has plain sums and a plain
+recomputation, of the same values (``tests/lm/test_fast_path.py`` exports both and compares).
 
 1. *Sums kept out of fusions* (:func:`separate_add`). XLA:CPU fuses a cheap elementwise
    producer into *every* consumer, recomputing it there. Along a chain that runs through the
@@ -108,10 +111,22 @@ Entries = tuple[Array, ...]
 # --- separate_add: a sum kept out of XLA's fusions (trick 1) ------------------------------------
 
 
-@jax.custom_batching.custom_vmap
-def _add_in_conditional(a: Array, b: Array, token: Array) -> Array:
+def _cpu_only(cpu, default, *args):
+    """``cpu(*args)`` in the program lowered for XLA:CPU, ``default(*args)`` for every other
+    platform (one traced program; ``lax.platform_dependent`` picks the branch at lowering).
+    The tricks below were measured on the CPU only; elsewhere the plain expression, which
+    computes the same value, is left to the compiler."""
+    return jax.lax.platform_dependent(*args, cpu=cpu, default=default)
+
+
+def _add_cond(a: Array, b: Array, token: Array) -> Array:
     pred = jnp.isfinite(token.reshape(-1)[0])
     return jax.lax.cond(pred, jnp.add, jnp.add, a, b)
+
+
+@jax.custom_batching.custom_vmap
+def _add_in_conditional(a: Array, b: Array, token: Array) -> Array:
+    return _cpu_only(_add_cond, lambda a, b, token: a + b, a, b, token)
 
 
 @_add_in_conditional.def_vmap
@@ -301,8 +316,10 @@ def _grn_norm_bwd(gate, eps, stat_dtype, residuals, cotangents):
     d_normed, d_outs, d_through = cotangents
     # Recompute the GRN outputs as an expression XLA cannot merge with the forward pass's
     # (h + 0·ḡ, trick 2).
-    zero = 0.0 * d_normed[0].reshape(-1)[0].astype(entries[0].dtype)
-    outs, _ = grn_forward(gate, tuple(h + zero for h in entries), bs, ws)
+    recompute_from = _cpu_only(
+        lambda g, *hs: tuple(h + 0.0 * g.reshape(-1)[0].astype(h.dtype) for h in hs),
+        lambda g, *hs: hs, d_normed[0], *entries)
+    outs, _ = grn_forward(gate, tuple(recompute_from), bs, ws)
     d_total, d_scales, d_biases = [], [], []
     for y, s, b, dn, dy in zip(outs, scales, biases, d_normed, d_outs):
         # layer_norm's own (JVP-derived) backward pass, on the recomputed GRN output.

@@ -262,3 +262,37 @@ def test_push_folds_the_middle_with_the_given_add(getkey):
     assert len(calls) == 1  # outputs 1, 2 stay recent; 3 evicts 1 (no add); 4 folds 2 in
     np.testing.assert_allclose(stack.middle, xs[1] + xs[2])
     assert len(stack.recent) == 2 and stack.total().shape == (3,)
+
+
+def _exported_text(fn, platform: str, *args) -> str:
+    from jax import export
+
+    return export.export(jax.jit(fn), platforms=[platform])(*args).mlir_module()
+
+
+def test_the_cpu_tricks_are_lowered_for_the_cpu_only(getkey):
+    """The conditional of ``separate_add`` and the ``h + 0·ḡ`` recomputation were measured on
+    XLA:CPU only: the program exported for a GPU has neither (no predicate is computed, so no
+    ``is_finite``), for ``separate_add`` alone and for a whole fused DCA gradient; the CPU
+    program keeps both. (The values are the same expressions: ``a + b`` and ``h``.)"""
+    a, b = (jax.random.normal(getkey(), (4, 6), jnp.float32) for _ in range(2))
+    token = jnp.ones(3, jnp.float32)
+    assert "is_finite" in _exported_text(separate_add, "cpu", a, b, token)
+    assert "is_finite" not in _exported_text(separate_add, "cuda", a, b, token)
+
+    from dca_theory.lm.config import PRESETS
+    from dca_theory.lm.model import build_model
+
+    cfg = PRESETS["tiny"].replace(residual="dca", k=2, n_layers=3, dropout=0.0,
+                                  attn_dropout=0.0)
+    model = build_model(cfg, key=getkey())
+    tokens = jnp.zeros((cfg.max_len,), jnp.int32)
+
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def loss_grad(p):
+        return eqx.filter_grad(lambda m: jnp.sum(m(tokens)))(eqx.combine(p, static))
+
+    cpu, cuda = (_exported_text(loss_grad, plat, params) for plat in ("cpu", "cuda"))
+    assert cpu.count("is_finite") >= cfg.n_layers  # middle sums, entry and output cotangents
+    assert "is_finite" not in cuda
