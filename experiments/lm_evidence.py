@@ -58,13 +58,7 @@ def settings(quick: bool = False, overrides=()) -> E.EvidenceSettings:
 
 
 def _sweep(cfg, quick, cache, only_cached, run) -> tuple[dict | None, list[str]]:
-    if cfg.lr_by_width:
-        return E.rates(cfg, quick, cache), []
-    specs = E.sweep_specs(cfg, quick)
-    missing = [s.key for s in specs.values() if not is_cached(s, cache)]
-    if only_cached and missing:
-        return None, missing
-    return E.rates(cfg, quick, cache, log=run.log), []
+    return E.rates(cfg, quick, cache, log=run.log, only_cached=only_cached)
 
 
 def main(quick: bool = False, out=None, overwrite: bool = False, *,

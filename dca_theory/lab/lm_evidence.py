@@ -9,8 +9,12 @@
 
 **Order.** First the sweep: vanilla at each width for every learning rate of ``lr_grid``, on
 ``sweep_seeds`` for ``sweep_steps`` steps (the main schedule's warm-up, so a sweep run is the
-first ``sweep_steps`` steps of a main run), scored on the whole validation split; the best
-rate per width is then shared by every arm at that width (``lr_by_width`` skips the sweep).
+first ``sweep_steps`` steps of a main run), scored on the whole validation split. Where the
+best rate of a width is the largest (or smallest) one tried, the sweep of that width goes on by
+doubling (halving) it, at most ``lr_extend`` times, until the best rate is interior; a rate
+whose loss diverges counts as worse than any (a ``diverged.json`` marker keeps it from being
+retried). The best rate per width is then shared by every arm at that width (``lr_by_width``
+skips the sweep).
 Then the primary grid (``widths`` x arms on ``train.data``), then the secondary one (width
 ``secondary_width`` on each of ``secondary_data``, its rate the primary sweep's at that width).
 """
@@ -18,13 +22,19 @@ Then the primary grid (``widths`` x arms on ``train.data``), then the secondary 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from dca_theory.lab.lm_runs import LMGridSettings, RunSpec, ensure_run, spec
+import numpy as np
+
+from dca_theory.io import write_json
+from dca_theory.lab.lm_runs import LMGridSettings, RunSpec, ensure_run, is_cached, spec
 from dca_theory.lm.params import matched_vanilla_d_mlp
 from dca_theory.lm.train_config import LMTrainConfig
 
 ARMS: tuple[str, ...] = ("vanilla", "dca", "dca_paper", "vanilla_matched")
+DIVERGED = "diverged.json"  # marks a sweep run whose loss became non-finite
 #: arm -> (residual, GRN-v3 gate); vanilla's gate is unused
 ARM_MODEL: dict[str, tuple[str, str]] = {"vanilla": ("vanilla", "paper"),
                                          "dca": ("dca", "bias_inside"),
@@ -64,6 +74,7 @@ class EvidenceSettings(LMGridSettings):
     arms: tuple[str, ...] = ARMS
     lr_grid: tuple[float, ...] = (1e-3, 2e-3, 4e-3, 8e-3)
     lr_by_width: tuple[float, ...] = ()
+    lr_extend: int = 3
     sweep_steps: int = 500
     sweep_seeds: tuple[int, ...] = (0, 1)
     secondary_width: int = 32
@@ -78,6 +89,8 @@ class EvidenceSettings(LMGridSettings):
                 or len(set(self.sweep_seeds)) != len(self.sweep_seeds)):
             raise ValueError(f"sweep_seeds must be distinct integers >= 0, got "
                              f"{','.join(map(str, self.sweep_seeds)) or 'none'}")
+        if self.lr_extend < 0:
+            raise ValueError(f"lr_extend must be >= 0, got {self.lr_extend}")
         if self.depth < 1 or self.n_heads < 1 or self.mlp_ratio < 1 or self.sweep_steps < 1:
             raise ValueError(f"depth, n_heads, mlp_ratio and sweep_steps must be >= 1, got "
                              f"{self.depth}, {self.n_heads}, {self.mlp_ratio}, "
@@ -110,7 +123,8 @@ class EvidenceSettings(LMGridSettings):
     def preset(cls, quick: bool) -> EvidenceSettings:
         if quick:  # seconds per run: two tiny widths, one layer, two seeds, bytes only
             return cls(seeds=(0, 1), train=QUICK_TRAIN, widths=(8, 16), depth=1, n_heads=2,
-                       mlp_ratio=2, lr_grid=(3e-3, 6e-3), sweep_steps=10, sweep_seeds=(0,),
+                       mlp_ratio=2, lr_grid=(3e-3, 6e-3), lr_extend=1, sweep_steps=10,
+                       sweep_seeds=(0,),
                        secondary_width=16, secondary_data=("python-stdlib",),
                        secondary_arms=("vanilla", "dca"))
         return cls(seeds=(0, 1, 2, 3, 4, 5), train=FULL_TRAIN)
@@ -132,23 +146,26 @@ def arm_spec(settings: EvidenceSettings, quick: bool, arm: str, width: int, data
                 train_changes={"lr": lr}, **model)
 
 
-def sweep_specs(settings: EvidenceSettings, quick: bool) -> dict[tuple[int, float], RunSpec]:
-    """Vanilla at every (width, rate) of the sweep: ``sweep_steps`` steps, ``sweep_seeds``,
+def sweep_spec(settings: EvidenceSettings, quick: bool, width: int, lr: float) -> RunSpec:
+    """Vanilla at one (width, rate) of the sweep: ``sweep_steps`` steps, ``sweep_seeds``,
     scored once at the end on the whole validation split."""
     steps = settings.sweep_steps
     sweep = settings.replace(seeds=settings.sweep_seeds, train=settings.train.replace(
         steps=steps, eval_every=steps, log_every=min(settings.train.log_every, steps)))
     data = settings.train.data
-    return {(w, lr): dataclasses.replace(arm_spec(sweep, quick, "vanilla", w, data, lr),
-                                         label=f"{data}-ev-sweep-w{w}-lr{lr:g}")
+    return dataclasses.replace(arm_spec(sweep, quick, "vanilla", width, data, lr),
+                               label=f"{data}-ev-sweep-w{width}-lr{lr:g}")
+
+
+def sweep_specs(settings: EvidenceSettings, quick: bool) -> dict[tuple[int, float], RunSpec]:
+    """The sweep's runs over ``lr_grid`` (before any extension past its ends)."""
+    return {(w, lr): sweep_spec(settings, quick, w, lr)
             for w in settings.widths for lr in settings.lr_grid}
 
 
 def best_rates(sweep: dict[tuple[int, float], dict]) -> dict[int, dict]:
     """Per width: the rate with the lowest mean whole-split validation loss, and every
-    rate's mean validation perplexity (the recorded sweep)."""
-    import numpy as np
-
+    rate's mean validation perplexity (the recorded sweep; ``inf`` for a diverged rate)."""
     out: dict[int, dict] = {}
     for (w, lr), record in sorted(sweep.items()):
         out.setdefault(w, {"valid_ppl": {}})["valid_ppl"][f"{lr:g}"] = float(
@@ -161,14 +178,57 @@ def best_rates(sweep: dict[tuple[int, float], dict]) -> dict[int, dict]:
     return out
 
 
-def rates(settings: EvidenceSettings, quick: bool, cache, *, log=None) -> dict[int, dict]:
-    """The learning rate per width: ``lr_by_width`` if given, else the sweep's (trained or
-    read from the cache)."""
+def next_rate(settings: EvidenceSettings, width: int, tried: dict[float, dict]) -> float | None:
+    """The rate to try next at ``width`` (twice the largest tried if it is the best, half the
+    smallest if that is), or ``None`` once the best is interior or ``lr_extend`` is spent."""
+    extra = [lr for lr in tried if lr not in settings.lr_grid]
+    if len(extra) >= settings.lr_extend:
+        return None
+    loss = {lr: float(np.mean(r["valid_loss"])) for lr, r in tried.items()}
+    best = min(loss, key=loss.get)
+    if best == max(tried):
+        return max(tried) * 2
+    if best == min(tried):
+        return min(tried) / 2
+    return None
+
+
+def _sweep_record(s: RunSpec, cache, log) -> dict:
+    marker = Path(cache) / s.key / DIVERGED
+    if marker.is_file():
+        return {"valid_loss": [math.inf]}
+    try:
+        return ensure_run(s, cache, log=log)
+    except FloatingPointError as err:  # too large a rate: worse than any finite one
+        write_json(marker, {"key": s.key, "error": str(err)})
+        return {"valid_loss": [math.inf]}
+
+
+def rates(settings: EvidenceSettings, quick: bool, cache, *, log=None,
+          only_cached: bool = False) -> tuple[dict[int, dict] | None, list[str]]:
+    """``(learning rate per width, missing run keys)``: ``lr_by_width`` if given, else the
+    sweep's, its runs trained or read from the cache (with ``only_cached``, the keys of the
+    sweep runs not cached yet instead, and ``None``)."""
     if settings.lr_by_width:
         return {w: {"lr": lr, "valid_ppl": {}, "at_grid_edge": False}
-                for w, lr in zip(settings.widths, settings.lr_by_width)}
-    records = {k: ensure_run(s, cache, log=log) for k, s in sweep_specs(settings, quick).items()}
-    return best_rates(records)
+                for w, lr in zip(settings.widths, settings.lr_by_width)}, []
+    records: dict[tuple[int, float], dict] = {}
+    missing: list[str] = []
+    for w in settings.widths:
+        todo = list(settings.lr_grid)
+        while todo:
+            lr = todo.pop(0)
+            s = sweep_spec(settings, quick, w, lr)
+            if only_cached and not (is_cached(s, cache) or (Path(cache) / s.key / DIVERGED)
+                                    .is_file()):
+                missing.append(s.key)
+                continue
+            records[(w, lr)] = _sweep_record(s, cache, log)
+            if not todo and not missing:
+                nxt = next_rate(settings, w, {r: rec for (v, r), rec in records.items()
+                                              if v == w})
+                todo = [] if nxt is None else [nxt]
+    return (None, missing) if missing else (best_rates(records), [])
 
 
 def grid_specs(settings: EvidenceSettings, quick: bool,

@@ -103,7 +103,9 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     run = lm_evidence.main(quick=True, out=tmp_path / "results" / "lm_evidence")
     s = read_json(run / "summary.json")
     assert s["complete"] and set(s["lr_sweep"]) == {"8", "16"}
-    assert all(r["lr"] in (3e-3, 6e-3) for r in s["lr_sweep"].values())
+    # the grid, extended once past an end where the best rate sat there (lr_extend=1)
+    assert all(r["lr"] in (1.5e-3, 3e-3, 6e-3, 1.2e-2) for r in s["lr_sweep"].values())
+    assert all(len(r["valid_ppl"]) in (2, 3) for r in s["lr_sweep"].values())
     assert set(s["datasets"]) == {"ptb-char", "python-stdlib"}
     primary = s["datasets"]["ptb-char"]
     assert len(primary["rows"]) == 8 and primary["decision"]["verdict"] in (
@@ -114,6 +116,38 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert primary["power_law"]["fit"] is None or primary["power_law"]["fit"]["n_points"] == 4
     paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+@pytest.mark.parametrize("diverge_above, extend, tried, best, edge", [
+    (None, 3, ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032"], 0.016, False),
+    (0.02, 3, ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032"], 0.016, False),
+    (None, 0, ["0.001", "0.002", "0.004", "0.008"], 0.008, True),
+])
+def test_the_sweep_extends_past_the_grid_end_until_the_best_rate_is_interior(
+        tmp_path, monkeypatch, diverge_above, extend, tried, best, edge):
+    """A validation loss with its minimum at lr = 0.02 (above the grid's 8e-3): the sweep
+    doubles past the top until a rate is worse (0.032), or until it diverges there (marked,
+    not retried); with ``lr_extend=0`` it stays at the flagged edge."""
+    calls = []
+
+    def fake_run(s, cache, log=None):
+        lr = s.train.lr
+        calls.append(lr)
+        if diverge_above is not None and lr > diverge_above:
+            raise FloatingPointError("non-finite loss at step 7")
+        return {"valid_loss": [float(np.log2(lr / 0.02) ** 2) + 1.0] * 2}
+
+    monkeypatch.setattr(E, "ensure_run", fake_run)
+    cfg = E.EvidenceSettings.preset(False).replace(widths=(16,), secondary_width=16,
+                                                  lr_extend=extend)
+    lrs, missing = E.rates(cfg, False, tmp_path)
+    assert not missing and list(lrs[16]["valid_ppl"]) == tried
+    assert lrs[16]["lr"] == best and lrs[16]["at_grid_edge"] is edge
+    if diverge_above is not None:
+        assert lrs[16]["valid_ppl"]["0.032"] == float("inf")
+        n = len(calls)
+        E.rates(cfg, False, tmp_path)  # the diverged rate is marked and not trained again
+        assert 0.032 not in calls[n:]
 
 
 def test_equal_time_without_overlap_is_none_not_an_error():
