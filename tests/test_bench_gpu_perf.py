@@ -1,6 +1,7 @@
 """Tests of ``benchmarks/gpu_perf.py`` (the one-call GPU performance script) on the CPU.
 
-The argument checks and a run whose budget is spent after the first variant run by default;
+The argument checks, the lowering of the script's steps for a GPU (exported for CUDA) and a run
+whose budget is spent after the first variant run by default;
 the whole ``--smoke`` dry run (every piece at tiny size) is marked slow: compiling its six train
 steps and three decode steps took about 2 minutes on the shared 2-core CPU.
 """
@@ -73,6 +74,32 @@ def test_a_spent_budget_skips_the_later_pieces_and_says_so(bench, tmp_path):
     assert verdict["train@2 2-dca step / vanilla <= 1.10"] == "not measured"
     assert verdict["train@3 vanilla MFU >= 40%"] == "not measured"
     assert verdict["train@2 vanilla MFU >= 40%"] in ("PASS", "MISS")
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "2-dca", "dca"])
+def test_the_scripts_steps_lower_for_a_gpu(bench, variant):
+    # No GPU here: exporting for CUDA runs JAX's lowering for that platform (the fused path's
+    # GPU branch included), so the device run cannot fail there. Tiny sizes, bf16 as on the GPU.
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+    from lm_bench_common import model_config, train_setup
+
+    from dca_theory.lm.decode import DecodeCache, decode_step
+    from dca_theory.lm.model import build_model
+
+    cfg = model_config(variant, width=64, depth=2, seq=16, vocab=256)
+    fn, state = train_setup(cfg, 2, "bfloat16")
+    train = export.export(jax.jit(fn), platforms=("cuda",))(*state)
+    assert train.platforms == ("cuda",) and "bf16" in train.mlir_module()
+    model = build_model(model_config(variant, width=64, depth=2, seq=16, vocab=256,
+                                     param_dtype="bfloat16"), key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    step = jax.jit(lambda p, c, t: decode_step(eqx.combine(p, static), c, t))
+    decode = export.export(step, platforms=("cuda",))(params, DecodeCache.empty(model),
+                                                       jnp.zeros((), jnp.int32))
+    assert decode.platforms == ("cuda",)
 
 
 def check_train_piece(bench, piece: dict, cfg: dict) -> None:
