@@ -78,6 +78,18 @@ def train_setup(cfg: ModelConfig, batch: int, compute_dtype: str = "float32"):
     return train_step_setup(cfg, train_config(cfg, batch, compute_dtype))
 
 
+def model_flops_per_step(cfg, batch: int) -> float:
+    """The transformer's training FLOPs per step (PaLM's count).
+
+    6 T N + 12 T L d s: T = batch·seq tokens, N the matmul weights (per layer 4 d² + 2 d d_mlp,
+    plus the d × V output projection), L layers, width d, sequence s. The GRNs' work is not
+    counted, so DCA's overhead shows as a lower model FLOP utilisation."""
+    d, L, s = cfg.d_model, cfg.n_layers, cfg.max_len
+    n_matmul = L * (4 * d * d + 2 * d * cfg.d_mlp) + d * cfg.vocab_size
+    tokens = batch * s
+    return 6.0 * tokens * n_matmul + 12.0 * tokens * L * d * s
+
+
 def save_partial(record: dict, json_path: str | None) -> None:
     """Write the record so far (atomically) so that an interrupted run keeps its results."""
     if json_path:

@@ -65,6 +65,7 @@ from lm_bench_common import (  # noqa: E402
     emit,
     machine,
     model_config,
+    model_flops_per_step,
     synthetic_batch,
     train_setup,
 )
@@ -142,14 +143,6 @@ def torch_setup(args, tokens: np.ndarray):
     # Trainable only: each RotaryEmbedding also registers its dim_head/2 fixed frequencies as a
     # parameter with requires_grad=False.
     return step, int(sum(p.numel() for p in model.parameters() if p.requires_grad))
-
-
-def model_flops_per_step(cfg, batch: int) -> float:
-    """The transformer's training FLOPs per step (PaLM's count; see the module docstring)."""
-    d, L, s = cfg.d_model, cfg.n_layers, cfg.max_len
-    n_matmul = L * (4 * d * d + 2 * d * cfg.d_mlp) + d * cfg.vocab_size
-    tokens = batch * s
-    return 6.0 * tokens * n_matmul + 12.0 * tokens * L * d * s
 
 
 def peak_setup():
