@@ -42,7 +42,7 @@ from pathlib import Path
 from dca_theory.io import RunDir
 from dca_theory.lab import lm_evidence as E
 from dca_theory.lab.lm_evidence_analysis import summarise
-from dca_theory.lab.lm_runs import ensure_run, is_cached, load_curves
+from dca_theory.lab.lm_runs import is_cached, load_curves
 from dca_theory.lab.lm_settings import experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
 from dca_theory.lm.config import ModelConfig
@@ -71,14 +71,18 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
     lrs, missing = _sweep(cfg, quick, cache, only_cached, run)
     summary = {"lr_sweep": {str(w): r for w, r in (lrs or {}).items()}, "datasets": {},
                "cache": str(cache)}
+    diverged: list[str] = []
     if lrs is not None:
         specs = E.grid_specs(cfg, quick, {w: r["lr"] for w, r in lrs.items()})
         by_data: dict[str, dict] = {}
         for (data, arm, w), s in specs.items():
-            if only_cached and not is_cached(s, cache):
+            if only_cached and not (is_cached(s, cache) or E.is_diverged(s, cache)):
                 missing.append(s.key)
                 continue
-            r = ensure_run(s, cache, log=run.log)
+            r = E.run_unless_diverged(s, cache, log=run.log)
+            if r is None:  # a result, not a gap: reported, and the comparisons go without it
+                diverged.append(s.key)
+                continue
             entry = by_data.setdefault(data, {"records": {}, "curves": {}, "n_params": {},
                                               "rows": {}})
             entry["records"][(arm, w)] = r
@@ -96,6 +100,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                 **summarise(e["records"], e["curves"], e["n_params"], cfg.seeds,
                             tokens_per_step, primary=data == cfg.train.data)}
     summary |= {"primary_data": cfg.train.data, "missing_runs": missing,
+                "diverged_runs": diverged,
                 "complete": not missing, **summary_entry(overrides)}
     run.finish(summary)
     return run.path

@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import write_json
-from dca_theory.lab.lm_runs import LMGridSettings, RunSpec, ensure_run, is_cached, spec
+from dca_theory.lab.lm_runs import (
+    PARTIAL,
+    LMGridSettings,
+    RunSpec,
+    ensure_run,
+    is_cached,
+    spec,
+)
 from dca_theory.lm.params import matched_vanilla_d_mlp
 from dca_theory.lm.train_config import LMTrainConfig
 
@@ -193,15 +200,30 @@ def next_rate(settings: EvidenceSettings, width: int, tried: dict[float, dict]) 
     return None
 
 
-def _sweep_record(s: RunSpec, cache, log) -> dict:
-    marker = Path(cache) / s.key / DIVERGED
-    if marker.is_file():
-        return {"valid_loss": [math.inf]}
+def is_diverged(s: RunSpec, cache) -> bool:
+    """Whether ``s`` was trained and its loss became non-finite (it is not retried)."""
+    return (Path(cache) / s.key / DIVERGED).is_file()
+
+
+def run_unless_diverged(s: RunSpec, cache, log=None) -> dict | None:
+    """The cached record of ``s`` (trained if needed), or ``None`` if its loss became
+    non-finite, now or in an earlier sitting: a result of that run, marked so that the grid
+    goes on with the others instead of stopping or retrying it."""
+    if is_diverged(s, cache):
+        return None
     try:
         return ensure_run(s, cache, log=log)
-    except FloatingPointError as err:  # too large a rate: worse than any finite one
-        write_json(marker, {"key": s.key, "error": str(err)})
-        return {"valid_loss": [math.inf]}
+    except FloatingPointError as err:
+        write_json(Path(cache) / s.key / DIVERGED, {"key": s.key, "error": str(err)})
+        (Path(cache) / s.key / PARTIAL).unlink(missing_ok=True)
+        if log is not None:
+            log(run=s.label, kind="diverged", error=str(err))
+        return None
+
+
+def _sweep_record(s: RunSpec, cache, log) -> dict:
+    record = run_unless_diverged(s, cache, log)  # a diverged rate is worse than any other
+    return {"valid_loss": [math.inf]} if record is None else record
 
 
 def rates(settings: EvidenceSettings, quick: bool, cache, *, log=None,
@@ -219,8 +241,7 @@ def rates(settings: EvidenceSettings, quick: bool, cache, *, log=None,
         while todo:
             lr = todo.pop(0)
             s = sweep_spec(settings, quick, w, lr)
-            if only_cached and not (is_cached(s, cache) or (Path(cache) / s.key / DIVERGED)
-                                    .is_file()):
+            if only_cached and not (is_cached(s, cache) or is_diverged(s, cache)):
                 missing.append(s.key)
                 continue
             records[(w, lr)] = _sweep_record(s, cache, log)

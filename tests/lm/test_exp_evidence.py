@@ -157,3 +157,21 @@ def test_equal_time_without_overlap_is_none_not_an_error():
                            "eval_valid_loss": np.array([[1.9], [1.4]])}}
     eq = A.equal_time(curves, "dca", "vanilla")["8"]
     assert eq["D_mean"] is None and eq["time_ratio"] == pytest.approx(5.0)
+
+
+def test_a_diverged_grid_run_is_marked_reported_and_not_retried(tmp_path, monkeypatch):
+    cfg = E.EvidenceSettings.preset(False)
+    s = E.arm_spec(cfg, False, "dca", 16, "ptb-char", 0.064)
+    (tmp_path / s.key).mkdir()
+    (tmp_path / s.key / "partial.npz").write_bytes(b"checkpoint")
+    calls, logged = [], []
+
+    def diverging(spec, cache, log=None):
+        calls.append(spec.key)
+        raise FloatingPointError("non-finite loss at step 812 for seeds [3] (dca, ptb-char)")
+
+    monkeypatch.setattr(E, "ensure_run", diverging)
+    assert E.run_unless_diverged(s, tmp_path, log=lambda **r: logged.append(r)) is None
+    assert E.is_diverged(s, tmp_path) and not (tmp_path / s.key / "partial.npz").exists()
+    assert logged[0]["kind"] == "diverged" and "step 812" in logged[0]["error"]
+    assert E.run_unless_diverged(s, tmp_path) is None and calls == [s.key]  # not retried
