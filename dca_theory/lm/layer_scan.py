@@ -50,7 +50,9 @@ from dca_theory.lm.fast_path import combine_stack, middle_add
 from dca_theory.residual import GRNv3, ResidualStack
 
 #: full DCA: the number of consecutive block groups, one scan (compiled body) each
-DCA_SCAN_GROUPS = 4
+DCA_SCAN_GROUPS = 2
+#: full DCA: the GRN path inside the scan bodies and the final GRN (None: ``cfg.grn_impl``)
+FULL_DCA_GRN_IMPL: str | None = "reference"
 
 
 def stack_modules(modules: Sequence[eqx.Module]) -> tuple[eqx.Module, eqx.Module]:
@@ -134,10 +136,14 @@ def padded_block(block: DCABlock, size: int) -> DCABlock:
 
 
 def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
-                  key: PRNGKeyArray | None, groups: int = DCA_SCAN_GROUPS) -> ResidualStack:
-    """The full DCA stack after every block, through the ``(n_layers + 1)``-slot buffer, one
-    scan per group of blocks."""
-    impl, n = trunk.cfg.grn_impl, trunk.cfg.n_layers
+                  key: PRNGKeyArray | None, groups: int | None = None,
+                  grn_impl: str | None = None) -> Float[Array, "L D"]:
+    """The full DCA trunk's output through the ``(n_layers + 1)``-slot buffer, one scan per
+    group of blocks (``groups``: :data:`DCA_SCAN_GROUPS`; ``grn_impl``:
+    :data:`FULL_DCA_GRN_IMPL`, ``None`` there meaning ``cfg.grn_impl``)."""
+    groups = DCA_SCAN_GROUPS if groups is None else groups
+    impl = grn_impl or FULL_DCA_GRN_IMPL or trunk.cfg.grn_impl
+    n = trunk.cfg.n_layers
     keys = block_keys_array(key, n)
     buffer = jnp.zeros((n + 1, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
     for start, stop in group_bounds(n, groups):
@@ -151,17 +157,20 @@ def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
         blocks = [padded_block(trunk.blocks[t], size) for t in range(start, stop)]
         extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
         buffer = scan_blocks(step, buffer, blocks, extras)
-    return ResidualStack(inputs=buffer[0], middle=None, recent=tuple(buffer[1:]),
-                         k=trunk.cfg.k, _num_outputs=n)
+    if impl == "reference":
+        return trunk.final(buffer)
+    stack = ResidualStack(inputs=buffer[0], middle=None, recent=tuple(buffer[1:]),
+                          k=trunk.cfg.k, _num_outputs=n)
+    (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)
+    return h_LxD
 
 
 def dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
              key: PRNGKeyArray | None) -> Float[Array, "L D"]:
     """The DCA trunk's output with its blocks scanned (k-DCA or full DCA, see above)."""
     cfg = trunk.cfg
-    if cfg.k is not None and cfg.k + 1 < cfg.n_layers:
-        stack = k_dca_scan(trunk, x_LxD, causal=causal, key=key)
-    else:
-        stack = full_dca_scan(trunk, x_LxD, causal=causal, key=key)
+    if cfg.k is None or cfg.k + 1 >= cfg.n_layers:
+        return full_dca_scan(trunk, x_LxD, causal=causal, key=key)
+    stack = k_dca_scan(trunk, x_LxD, causal=causal, key=key)
     (h_LxD,), _ = combine_stack((trunk.final,), stack, cfg.grn_impl)
     return h_LxD

@@ -11,9 +11,11 @@ import jax.numpy as jnp
 import pytest
 from tree_helpers import assert_trees_close
 from zoo_helpers import F64, perturb, tokens
+from zoo_helpers import logits as jit_logits
 
 from dca_theory.gates import GATES
 from dca_theory.lab.lm_runs import KEY_BASELINE_MODEL, _non_default
+from dca_theory.lm import layer_scan
 from dca_theory.lm.layer_scan import group_bounds
 from dca_theory.lm.model import build_model
 
@@ -43,19 +45,29 @@ def _value_and_grad(model, toks, key):
 
 
 @eqx.filter_jit
-def _logits(model, toks):
-    return model(toks, inference=True)
+def _logits_and_grad(model, toks):
+    """Logits and every parameter gradient of the loss, in one compilation."""
+    return model(toks, inference=True), eqx.filter_grad(_loss)(model, toks)
 
 
-CASES = [
-    *[{"residual": "vanilla", "n_layers": n} for n in (1, 2, 5)],
-    *[{"residual": "dca", "n_layers": n} for n in (1, 2, 3, 5)],
-    *[{"residual": "dca", "k": 1, "n_layers": n} for n in (1, 2, 3, 5)],
-    *[{"residual": "dca", "k": 2, "n_layers": n} for n in (2, 3, 5)],
-    {"residual": "dca", "k": 0, "n_layers": 3},
-    {"residual": "dca", "k": 2, "n_layers": 5, "grn_impl": "reference"},
-    {"residual": "dca", "n_layers": 5, "grn_impl": "reference"},
+# Depths 1, 2, 3, 5: full DCA's buffer in one or two groups (3 blocks: groups of 2 and 1);
+# k-DCA with k >= depth - 1 (the full stack: the buffer path) and k + 1 < depth (the unrolled
+# head, then the fixed-size scan); both GRN paths. Each case compiles two float64 models with
+# their gradients (up to a minute each on the loaded 2-core CPU), so most are marked slow.
+FAST_CASES = [
+    {"residual": "vanilla", "n_layers": 3}, {"residual": "dca", "n_layers": 3},
+    {"residual": "dca", "k": 1, "n_layers": 3},
 ]
+SLOW_CASES = [
+    {"residual": "vanilla", "n_layers": 1}, {"residual": "vanilla", "n_layers": 5},
+    {"residual": "dca", "n_layers": 1}, {"residual": "dca", "n_layers": 2},
+    {"residual": "dca", "n_layers": 5},
+    {"residual": "dca", "k": 1, "n_layers": 1}, {"residual": "dca", "k": 1, "n_layers": 2},
+    {"residual": "dca", "k": 2, "n_layers": 5}, {"residual": "dca", "k": 0, "n_layers": 3},
+    {"residual": "dca", "n_layers": 5, "grn_impl": "reference"},
+    {"residual": "dca", "k": 1, "n_layers": 3, "grn_impl": "reference"},
+]
+CASES = FAST_CASES + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CASES]
 
 
 @pytest.mark.parametrize("changes", CASES,
@@ -63,25 +75,39 @@ CASES = [
 def test_scan_equals_unroll_in_value_and_gradient(changes, getkey):
     unrolled, scanned = _pair(SMALL.replace(**changes), getkey())
     toks = tokens(3, length=SMALL.max_len) % SMALL.vocab_size
-    assert_trees_close(_logits(scanned, toks), _logits(unrolled, toks), rtol=RTOL)
-    assert_trees_close(_value_and_grad(scanned, toks, None)[1],
-                       _value_and_grad(unrolled, toks, None)[1], rtol=RTOL)
+    assert_trees_close(_logits_and_grad(scanned, toks), _logits_and_grad(unrolled, toks),
+                       rtol=RTOL)
 
 
+@pytest.mark.slow
+def test_full_dca_scan_on_the_fused_path(monkeypatch, getkey):
+    """Full DCA's scan bodies run the reference GRNs by default (layer_scan.FULL_DCA_GRN_IMPL);
+    with None they take cfg.grn_impl, here the fused path over the buffer's slots. (A depth no
+    other test uses, so that the jitted functions trace afresh.)"""
+    monkeypatch.setattr(layer_scan, "FULL_DCA_GRN_IMPL", None)
+    unrolled, scanned = _pair(SMALL.replace(residual="dca", n_layers=4), getkey())
+    toks = tokens(3, length=SMALL.max_len) % SMALL.vocab_size
+    assert_trees_close(_logits_and_grad(scanned, toks), _logits_and_grad(unrolled, toks),
+                       rtol=RTOL)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("gate", [g for g in GATES if g != "bias_inside"])
-@pytest.mark.parametrize("k", [None, 1])
-def test_every_gate(gate, k, getkey):
-    """The zero-padded GRNs of full DCA's buffer add nothing under every gate (bias_inside, the
-    default, is in the cases above)."""
-    cfg = SMALL.replace(residual="dca", k=k, n_layers=3, grn_gate=gate)
+def test_every_gate(gate, getkey):
+    """The zero-padded GRNs of full DCA's buffer add nothing under every gate, in value and
+    gradient (bias_inside, the default, is in the cases above)."""
+    cfg = SMALL.replace(residual="dca", n_layers=3, grn_gate=gate)
     unrolled, scanned = _pair(cfg, getkey())
     toks = tokens(4, length=SMALL.max_len) % SMALL.vocab_size
-    assert_trees_close(_value_and_grad(scanned, toks, None),
-                       _value_and_grad(unrolled, toks, None), rtol=RTOL)
+    assert_trees_close(_logits_and_grad(scanned, toks), _logits_and_grad(unrolled, toks),
+                       rtol=RTOL)
 
 
-@pytest.mark.parametrize("changes", [{"residual": "vanilla"}, {"residual": "dca"},
-                                     {"residual": "dca", "k": 1}])
+@pytest.mark.parametrize("changes", [
+    {"residual": "dca"},
+    pytest.param({"residual": "vanilla"}, marks=pytest.mark.slow),
+    pytest.param({"residual": "dca", "k": 1}, marks=pytest.mark.slow),
+], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_dropout_uses_the_unrolled_keys(changes, getkey):
     cfg = SMALL.replace(n_layers=3, dropout=0.3, attn_dropout=0.2, **changes)
     unrolled, scanned = _pair(cfg, getkey())
@@ -100,12 +126,12 @@ def test_states_come_from_the_unrolled_loop():
     toks = tokens(6, length=SMALL.max_len) % SMALL.vocab_size
     logits, states = model.forward_with_states(toks, inference=True)
     assert {"block_2_out", "stack_2", "final"} <= set(states)
-    assert_trees_close(logits, _logits(model, toks), rtol=RTOL)
+    assert_trees_close(logits, jit_logits(model, toks), rtol=RTOL)
 
 
 @pytest.mark.parametrize("n, groups, expected", [
     (1, 4, [(0, 1)]), (3, 4, [(0, 1), (1, 2), (2, 3)]), (5, 2, [(0, 2), (2, 5)]),
-    (24, 4, [(0, 6), (6, 12), (12, 18), (18, 24)]),
+    (24, 2, [(0, 12), (12, 24)]), (24, 4, [(0, 6), (6, 12), (12, 18), (18, 24)]),
 ])
 def test_group_bounds_cover_every_block_once(n, groups, expected):
     assert group_bounds(n, groups) == expected
