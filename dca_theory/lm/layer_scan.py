@@ -51,8 +51,8 @@ from dca_theory.residual import GRNv3, ResidualStack
 
 #: full DCA: the number of consecutive block groups, one scan (compiled body) each
 DCA_SCAN_GROUPS = 2
-#: full DCA: the GRN path inside the scan bodies and the final GRN (None: ``cfg.grn_impl``)
-FULL_DCA_GRN_IMPL: str | None = "reference"
+#: the GRN path of the scanned DCA trunk, its final GRN included (None: ``cfg.grn_impl``)
+SCAN_GRN_IMPL: str | None = "reference"
 
 
 def stack_modules(modules: Sequence[eqx.Module]) -> tuple[eqx.Module, eqx.Module]:
@@ -91,18 +91,16 @@ def vanilla_scan(blocks: Sequence[PreLNBlock], x_LxD: Float[Array, "L D"], *, ca
 
 
 def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
-               key: PRNGKeyArray | None) -> ResidualStack:
-    """The k-DCA stack after every block: the first ``k + 1`` blocks unrolled, the rest scanned
-    over the fixed-size ``[x, middle, last k]`` stack (needs ``k + 1 < n_layers``)."""
-    cfg, impl = trunk.cfg, trunk.cfg.grn_impl
+               key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): the first ``k + 1`` blocks fill a
+    ``(k + 2)``-slot buffer (one scan, their GRNs padded to ``k + 1`` entries), which then *is*
+    the stack ``[x, middle, last k]``; the rest are scanned over that fixed-size stack."""
+    cfg, impl = trunk.cfg, scan_grn_impl(trunk.cfg)
     k, n = cfg.k, cfg.n_layers
     add = middle_add(impl, token=trunk.final.b)
     keys = block_keys_array(key, n)
-    stack = ResidualStack.start(x_LxD, k=k)
-    for t in range(k + 1):
-        o_LxD, _, entries = trunk.blocks[t].apply(
-            stack.entries(), causal=causal, key=None if keys is None else keys[t], grn_impl=impl)
-        stack = stack.with_entries(entries).push(o_LxD, add=add)
+    head = jnp.zeros((k + 2, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
+    head = fill_buffer(trunk, head, [(0, k + 1)], keys, impl, causal=causal)
 
     def step(block, entries, k_t):
         o_LxD, _, entries = block.apply(entries, causal=causal, key=k_t, grn_impl=impl)
@@ -110,10 +108,12 @@ def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
         recent = (*recent, o_LxD)  # push, then the oldest of the last k joins the middle
         return (x, add(middle, recent[0]), *recent[1:])
 
-    entries = scan_blocks(step, stack.entries(), trunk.blocks[k + 1:],
+    entries = scan_blocks(step, tuple(head), trunk.blocks[k + 1:],
                           None if keys is None else keys[k + 1:])
-    return ResidualStack(inputs=entries[0], middle=entries[1], recent=tuple(entries[2:]), k=k,
-                         _num_outputs=n)
+    stack = ResidualStack(inputs=entries[0], middle=entries[1], recent=tuple(entries[2:]), k=k,
+                          _num_outputs=n)
+    (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)
+    return h_LxD
 
 
 def group_bounds(n: int, groups: int) -> list[tuple[int, int]]:
@@ -135,18 +135,12 @@ def padded_block(block: DCABlock, size: int) -> DCABlock:
                        (pad(block.grn_q), pad(block.grn_k), pad(block.grn_v)))
 
 
-def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
-                  key: PRNGKeyArray | None, groups: int | None = None,
-                  grn_impl: str | None = None) -> Float[Array, "L D"]:
-    """The full DCA trunk's output through the ``(n_layers + 1)``-slot buffer, one scan per
-    group of blocks (``groups``: :data:`DCA_SCAN_GROUPS`; ``grn_impl``:
-    :data:`FULL_DCA_GRN_IMPL`, ``None`` there meaning ``cfg.grn_impl``)."""
-    groups = DCA_SCAN_GROUPS if groups is None else groups
-    impl = grn_impl or FULL_DCA_GRN_IMPL or trunk.cfg.grn_impl
-    n = trunk.cfg.n_layers
-    keys = block_keys_array(key, n)
-    buffer = jnp.zeros((n + 1, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
-    for start, stop in group_bounds(n, groups):
+def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: Array | None,
+                impl: str, *, causal: bool) -> Array:
+    """Run blocks ``start, …, stop - 1`` of each ``(start, stop)`` in ``bounds`` (one scan per
+    pair), block t reading the buffer's first ``stop`` slots and writing its output to slot
+    ``t + 1``."""
+    for start, stop in bounds:
         size = stop  # block stop - 1 reads x and stop - 1 outputs
 
         def step(block, buffer, extra, size=size):
@@ -157,6 +151,18 @@ def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
         blocks = [padded_block(trunk.blocks[t], size) for t in range(start, stop)]
         extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
         buffer = scan_blocks(step, buffer, blocks, extras)
+    return buffer
+
+
+def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
+                  key: PRNGKeyArray | None, groups: int | None = None) -> Float[Array, "L D"]:
+    """The full DCA trunk's output through the ``(n_layers + 1)``-slot buffer, one scan per
+    group of blocks (``groups``: :data:`DCA_SCAN_GROUPS`)."""
+    groups = DCA_SCAN_GROUPS if groups is None else groups
+    impl, n = scan_grn_impl(trunk.cfg), trunk.cfg.n_layers
+    buffer = jnp.zeros((n + 1, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
+    buffer = fill_buffer(trunk, buffer, group_bounds(n, groups), block_keys_array(key, n), impl,
+                         causal=causal)
     if impl == "reference":
         return trunk.final(buffer)
     stack = ResidualStack(inputs=buffer[0], middle=None, recent=tuple(buffer[1:]),
@@ -165,12 +171,15 @@ def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
     return h_LxD
 
 
+def scan_grn_impl(cfg) -> str:
+    """The GRN path of the scanned DCA trunk: :data:`SCAN_GRN_IMPL`, or ``cfg.grn_impl``."""
+    return SCAN_GRN_IMPL or cfg.grn_impl
+
+
 def dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
              key: PRNGKeyArray | None) -> Float[Array, "L D"]:
     """The DCA trunk's output with its blocks scanned (k-DCA or full DCA, see above)."""
     cfg = trunk.cfg
     if cfg.k is None or cfg.k + 1 >= cfg.n_layers:
         return full_dca_scan(trunk, x_LxD, causal=causal, key=key)
-    stack = k_dca_scan(trunk, x_LxD, causal=causal, key=key)
-    (h_LxD,), _ = combine_stack((trunk.final,), stack, cfg.grn_impl)
-    return h_LxD
+    return k_dca_scan(trunk, x_LxD, causal=causal, key=key)

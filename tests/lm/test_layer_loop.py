@@ -80,12 +80,13 @@ def test_scan_equals_unroll_in_value_and_gradient(changes, getkey):
 
 
 @pytest.mark.slow
-def test_full_dca_scan_on_the_fused_path(monkeypatch, getkey):
-    """Full DCA's scan bodies run the reference GRNs by default (layer_scan.FULL_DCA_GRN_IMPL);
-    with None they take cfg.grn_impl, here the fused path over the buffer's slots. (A depth no
-    other test uses, so that the jitted functions trace afresh.)"""
-    monkeypatch.setattr(layer_scan, "FULL_DCA_GRN_IMPL", None)
-    unrolled, scanned = _pair(SMALL.replace(residual="dca", n_layers=4), getkey())
+@pytest.mark.parametrize("k", [None, 1])
+def test_scan_on_the_fused_path(k, monkeypatch, getkey):
+    """The scanned DCA trunk runs the reference GRNs by default (layer_scan.SCAN_GRN_IMPL); with
+    None it takes cfg.grn_impl, here the fused path (over the buffer's slots for full DCA). (A
+    depth no other test uses, so that the jitted functions trace afresh.)"""
+    monkeypatch.setattr(layer_scan, "SCAN_GRN_IMPL", None)
+    unrolled, scanned = _pair(SMALL.replace(residual="dca", k=k, n_layers=4), getkey())
     toks = tokens(3, length=SMALL.max_len) % SMALL.vocab_size
     assert_trees_close(_logits_and_grad(scanned, toks), _logits_and_grad(unrolled, toks),
                        rtol=RTOL)
