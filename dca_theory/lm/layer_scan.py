@@ -14,10 +14,6 @@ blocks a scan covers must have one structure (equal static fields, equal shapes)
 keys are ``split_or_none(key, n_layers)``, one per block, as there):
 
 * ``vanilla``: every block; the carry is the residual stream ``h``.
-* k-DCA (``k + 1 < n_layers``): the stack has ``stack_size(t, k)`` entries at block t, so the
-  first ``k + 1`` blocks (whose GRNs have 1, …, k + 1 entries) are unrolled; from then on the
-  stack has the fixed size ``k + 2`` (``[x, middle, last k]``) and is the scan's carry,
-  shifting by one entry per block while the oldest of the last k is added into the middle.
 * full DCA (``k is None`` or ``k + 1 >= n_layers``, where k-DCA is full DCA): the stack grows,
   so it lives in a preallocated ``(n_layers + 1)``-slot buffer whose slot ``t + 1`` block t
   writes in place (``lax.dynamic_update_index_in_dim``). Slots not yet written hold zeros, and a
@@ -27,13 +23,26 @@ keys are ``split_or_none(key, n_layers)``, one per block, as there):
   multiplies them by the zero entry: they add nothing to the value, and their cotangents land
   on slots that a later write overwrites (whose cotangent the update drops). The blocks are
   split into :data:`DCA_SCAN_GROUPS` groups of consecutive blocks, one scan each, every
-  group's GRNs padded to the group's largest stack only: padding to the whole depth would
-  double the GRN's reads, while a fixed number of groups keeps the number of compiled bodies
+  group's GRNs padded to the group's largest stack only: padding to the whole depth doubles
+  the GRNs' reads, while a fixed number of groups keeps the number of compiled bodies
   constant as the depth grows.
+* k-DCA (``k + 1 < n_layers``): block t reads ``stack_size(t, k)`` entries. The first
+  ``k + 1`` blocks fill a ``(k + 2)``-slot buffer as above (one scan); that buffer then *is*
+  the stack ``[x, middle, last k]`` (its middle slot holds the first output), of fixed size
+  from here on. The remaining blocks are one scan with that stack as the carry, shifting by one
+  entry per block while the oldest of the last k is added into the middle.
 
-The GRNs inside the scan bodies take ``cfg.grn_impl`` like the unrolled trunk; on the fused
-path the full-DCA body reads the buffer's slots as entries and drops the threaded entries
-(the buffer carries them). ``collect=True`` (per-layer states) runs the unrolled loop.
+**GRN path.** The scan bodies and the final GRN run the reference GRNs
+(:data:`SCAN_GRN_IMPL`): they read the buffer as one array, so a body's size does not grow
+with its stack. The fused path (``SCAN_GRN_IMPL = None``: ``cfg.grn_impl``) computes each
+entry's terms separately, so a body's program grows with the stack it reads, and its
+compilation took longer in our measurements (``paper/06_performance.md`` §6.10); it is kept,
+and tested, as the option.
+
+**Cost.** The scan's autodiff saves what each iteration's backward pass reads, per iteration:
+for full DCA that is the stack it read, so the training activations grow like depth² (the
+unrolled fused path keeps each entry once). ``collect=True`` (per-layer states) runs the
+unrolled loop.
 """
 
 from __future__ import annotations
