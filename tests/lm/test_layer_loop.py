@@ -152,4 +152,5 @@ def test_scan_for_other_residual_kinds_is_refused():
 def test_default_layer_loop_keeps_run_cache_keys():
     """Run-cache keys hash the fields that differ from KEY_BASELINE_MODEL: the default adds none."""
     assert "layer_loop" not in _non_default(SMALL, KEY_BASELINE_MODEL)
-    assert _non_default(SMALL.replace(layer_loop="scan"), KEY_BASELINE_MODEL)["layer_loop"] == "scan"
+    scan_fields = _non_default(SMALL.replace(layer_loop="scan"), KEY_BASELINE_MODEL)
+    assert scan_fields["layer_loop"] == "scan"
