@@ -40,7 +40,7 @@ def test_defaults_are_the_issue_config(bench):
     assert args.layer_loops == ["unroll", "scan"]
 
 
-@pytest.mark.slow  # twelve tiny train steps compiled: about a minute on the loaded 2-core CPU
+@pytest.mark.slow  # twelve tiny train steps compiled: about 2 minutes on the loaded 2-core CPU
 def test_quick_dry_run_writes_every_figure(bench, tmp_path):
     path = tmp_path / "compile.json"
     record = bench.main(["--quick", "--json", str(path)])
