@@ -283,7 +283,7 @@ class DCABlock(eqx.Module):
         gradients; the fused one is described in :mod:`dca_theory.lm.fast_path`).
         """
         grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)
-        return combine_and_norm(grns, norms, tuple(stack), grn_impl)
+        return combine_and_norm(grns, norms, stack, grn_impl)
 
     def apply(
         self, stack: Array | tuple[Array, ...], *, causal: bool,

@@ -18,6 +18,9 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 
 GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
+LAYER_LOOPS: tuple[str, ...] = ("unroll", "scan")
+#: residual kinds whose trunk has a ``lax.scan`` over its blocks (``layer_loop="scan"``)
+SCAN_RESIDUALS: tuple[str, ...] = ("vanilla", "dca")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ class ModelConfig:
     # array per block and applies each Combiner (autodiff keeps every stacked copy). "fused"
     # has custom VJPs, so it supports reverse mode only: use "reference" for jax.jvp/jacfwd.
     grn_impl: str = "fused"
+    # How the trunk loops over its blocks (same function, value and gradient): "unroll" traces
+    # every block, so XLA compiles one copy per layer; "scan" runs the blocks through
+    # ``lax.scan`` (vanilla and DCA only; dca_theory.lm.layer_scan), so compile time hardly
+    # grows with depth. The parameters keep their layout (one module per block) either way.
+    layer_loop: str = "unroll"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "d_mlp", "n_layers",
@@ -106,6 +114,12 @@ class ModelConfig:
         object.__setattr__(self, "grn_gate", gates.canonical(self.grn_gate))
         if self.grn_impl not in GRN_IMPLS:
             raise ValueError(f"unknown grn_impl {self.grn_impl!r}; valid: {', '.join(GRN_IMPLS)}")
+        if self.layer_loop not in LAYER_LOOPS:
+            raise ValueError(f"unknown layer_loop {self.layer_loop!r}; valid: "
+                             f"{', '.join(LAYER_LOOPS)}")
+        if self.layer_loop == "scan" and self.residual not in SCAN_RESIDUALS:
+            raise ValueError(f"layer_loop='scan' is implemented for residual in "
+                             f"{', '.join(SCAN_RESIDUALS)}, got residual={self.residual!r}")
         self._check_grn_window()
 
     def _check_grn_window(self) -> None:

@@ -385,19 +385,20 @@ def combine_stack(combiners, stack: ResidualStack, grn_impl: str, *,
     return outputs, stack.with_entries(threaded)
 
 
-def combine_and_norm(combiners, norms, entries: Entries,
+def combine_and_norm(combiners, norms, entries: Entries | Array,
                      grn_impl: str) -> tuple[tuple[Array, ...], tuple[Array, ...], Entries]:
     """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j, entries)`` over the stack entries ``G``, each
     ``LN_j`` a LayerNorm module returning its parameters' dtype; read the stack through the
-    returned entries from now on.
+    returned entries from now on. ``G`` is a tuple of entries or one ``S×…×D`` array.
 
     Reference: the entries stacked into one array, each combiner called on it, then each
     LayerNorm; the entries come back as they were. Fused: :func:`grn_layer_norm`."""
-    entries = tuple(entries)
     if not _fused(grn_impl, combiners):
-        stacked = jnp.stack(entries)
+        # An array is the stack already (a scanned trunk's buffer): no per-entry slices.
+        stacked = entries if isinstance(entries, jax.Array) else jnp.stack(tuple(entries))
         raw = tuple(c(stacked) for c in combiners)
-        return tuple(n(y) for n, y in zip(norms, raw)), raw, entries
+        return tuple(n(y) for n, y in zip(norms, raw)), raw, tuple(entries)
+    entries = tuple(entries)
     stat_dtype = at_least_float32(norms[0].scale.dtype)
     normed, raw, entries = grn_layer_norm(combiners, norms, entries, stat_dtype)
     return tuple(y.astype(n.scale.dtype) for n, y in zip(norms, normed)), raw, entries

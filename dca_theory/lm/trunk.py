@@ -27,6 +27,10 @@ Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (pape
 * baselines (``denseformer``, ``hyper_connections``, ``laurel_lr``, ``laurel_pa``) live in
   :mod:`dca_theory.lm.baselines`.
 
+``cfg.layer_loop`` chooses how the blocks run: one traced copy each (``"unroll"``) or one
+``lax.scan`` (``"scan"``, vanilla and DCA; :mod:`dca_theory.lm.layer_scan`), same function.
+The per-layer states (``collect``) always come from the unrolled loop.
+
 Block weights are drawn from the same per-layer keys for every kind, so models of different
 kinds built from one key share their attention/MLP/LayerNorm weights (tests rely on this).
 
@@ -49,6 +53,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
+from dca_theory.lm import layer_scan
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_stack, middle_add
@@ -128,6 +133,8 @@ class ResidualTrunk(AbstractTrunk):
         return y, stack
 
     def run(self, x_LxD, *, causal, key, collect):
+        if self.cfg.layer_loop == "scan" and not collect:
+            return layer_scan.vanilla_scan(self.blocks, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
         keys = split_or_none(key, len(self.blocks))
         if self.grns is None:  # vanilla: the recursive form of the plain sum
@@ -184,6 +191,8 @@ class DCATrunk(AbstractTrunk):
         return cls(cfg=cfg, blocks=dca, final=final)
 
     def run(self, x_LxD, *, causal, key, collect):
+        if self.cfg.layer_loop == "scan" and not collect:
+            return layer_scan.dca_scan(self, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
         impl = self.cfg.grn_impl
         add = middle_add(impl, token=self.final.b)  # folds k-DCA's middle sum (see fast_path)

@@ -1,0 +1,194 @@
+r"""The trunk's blocks run through ``lax.scan`` (``ModelConfig.layer_loop="scan"``).
+
+**Why.** The unrolled trunk (``layer_loop="unroll"``) traces every block, so XLA compiles one
+copy of the block per layer and compile time grows with depth (at depth 24, width 256 on the
+2-core CPU: minutes for DCA, ``paper/06_performance.md`` §6.10). A ``lax.scan`` compiles its
+body once, whatever the number of iterations.
+
+**Parameter layout.** The trunk keeps one module per block (checkpoints, retrofit, analysis and
+decode read that layout). Inside the forward pass, :func:`scan_blocks` stacks the blocks' arrays
+(one leading ``layer`` axis per leaf) and scans over them with the static part shared, so the
+blocks a scan covers must have one structure (equal static fields, equal shapes).
+
+**What each kind scans** (same function, values and gradients as the unrolled trunk; dropout
+keys are ``split_or_none(key, n_layers)``, one per block, as there):
+
+* ``vanilla``: every block; the carry is the residual stream ``h``.
+* full DCA (``k is None`` or ``k + 1 >= n_layers``, where k-DCA is full DCA): the stack grows,
+  so it lives in a preallocated ``(n_layers + 1)``-slot buffer whose slot ``t + 1`` block t
+  writes in place (``lax.dynamic_update_index_in_dim``). Slots not yet written hold zeros, and a
+  GRN-v3 whose ``b`` is zero-padded to more entries than its block sees gives those entries the
+  coefficient 0 under every gate of :mod:`dca_theory.gates` (``b + gate(w·0) = 0 + gate(0) = 0``
+  for the bias-outside gates, ``relu(0 + w·0) = 0`` for ``bias_inside``), and in any case
+  multiplies them by the zero entry: they add nothing to the value, and their cotangents land
+  on slots that a later write overwrites (whose cotangent the update drops). The blocks are
+  split into :data:`DCA_SCAN_GROUPS` groups of consecutive blocks, one scan each, every
+  group's GRNs padded to the group's largest stack only: padding to the whole depth doubles
+  the GRNs' reads, while a fixed number of groups keeps the number of compiled bodies
+  constant as the depth grows.
+* k-DCA (``k + 1 < n_layers``): block t reads ``stack_size(t, k)`` entries. The first
+  ``k + 1`` blocks fill a ``(k + 2)``-slot buffer as above (one scan); that buffer then *is*
+  the stack ``[x, middle, last k]`` (its middle slot holds the first output), of fixed size
+  from here on. The remaining blocks are one scan with that stack as the carry, shifting by one
+  entry per block while the oldest of the last k is added into the middle.
+
+**GRN path.** The scan bodies and the final GRN run the reference GRNs
+(:data:`SCAN_GRN_IMPL`): they read the buffer as one array, so a body's size does not grow
+with its stack. The fused path (``SCAN_GRN_IMPL = None``: ``cfg.grn_impl``) computes each
+entry's terms separately, so a body's program grows with the stack it reads, and its
+compilation took longer in our measurements (``paper/06_performance.md`` §6.10); it is kept,
+and tested, as the option.
+
+**Cost.** The scan's autodiff saves what each iteration's backward pass reads, per iteration:
+for full DCA that is the stack it read, so the training activations grow like depth² (the
+unrolled fused path keeps each entry once). ``collect=True`` (per-layer states) runs the
+unrolled loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from dca_theory.lm.blocks import DCABlock, PreLNBlock
+from dca_theory.lm.fast_path import combine_stack, middle_add
+from dca_theory.residual import GRNv3, ResidualStack
+
+#: full DCA: the number of consecutive block groups, one scan (compiled body) each
+DCA_SCAN_GROUPS = 2
+#: the GRN path of the scanned DCA trunk, its final GRN included (None: ``cfg.grn_impl``)
+SCAN_GRN_IMPL: str | None = "reference"
+
+
+def stack_modules(modules: Sequence[eqx.Module]) -> tuple[eqx.Module, eqx.Module]:
+    """``(arrays, static)``: the modules' arrays stacked along a new leading axis, and the
+    static part they share (``eqx.combine`` of one slice and ``static`` is one module)."""
+    arrays = [eqx.filter(m, eqx.is_array) for m in modules]
+    static = eqx.filter(modules[0], eqx.is_array, inverse=True)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static
+
+
+def scan_blocks(step: Callable, carry, blocks: Sequence[eqx.Module], extras=None):
+    """Fold ``carry = step(block, carry, extra)`` over the blocks in order, as one
+    ``lax.scan``; ``extras`` is a pytree with one leading-axis slice per block (or ``None``)."""
+    arrays, static = stack_modules(blocks)
+
+    def body(carry, xs):
+        block_arrays, extra = xs
+        return step(eqx.combine(block_arrays, static), carry, extra), None
+
+    carry, _ = jax.lax.scan(body, carry, (arrays, extras))
+    return carry
+
+
+def block_keys_array(key: PRNGKeyArray | None, n: int) -> Array | None:
+    """The per-block dropout keys as one array (the unrolled trunk's ``split_or_none(key, n)``)."""
+    return None if key is None else jax.random.split(key, n)
+
+
+def vanilla_scan(blocks: Sequence[PreLNBlock], x_LxD: Float[Array, "L D"], *, causal: bool,
+                 key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+    """``h ← h + f_t(h)`` over every block."""
+    def step(block, h_LxD, k):
+        return h_LxD + block.branch(h_LxD, causal=causal, key=k)
+
+    return scan_blocks(step, x_LxD, blocks, block_keys_array(key, len(blocks)))
+
+
+def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
+               key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): the first ``k + 1`` blocks fill a
+    ``(k + 2)``-slot buffer (one scan, their GRNs padded to ``k + 1`` entries), which then *is*
+    the stack ``[x, middle, last k]``; the rest are scanned over that fixed-size stack."""
+    cfg, impl = trunk.cfg, scan_grn_impl(trunk.cfg)
+    k, n = cfg.k, cfg.n_layers
+    add = middle_add(impl, token=trunk.final.b)
+    keys = block_keys_array(key, n)
+    head = jnp.zeros((k + 2, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
+    head = fill_buffer(trunk, head, [(0, k + 1)], keys, impl, causal=causal)
+
+    def step(block, entries, k_t):
+        o_LxD, _, entries = block.apply(entries, causal=causal, key=k_t, grn_impl=impl)
+        x, middle, *recent = entries
+        recent = (*recent, o_LxD)  # push, then the oldest of the last k joins the middle
+        return (x, add(middle, recent[0]), *recent[1:])
+
+    entries = scan_blocks(step, tuple(head), trunk.blocks[k + 1:],
+                          None if keys is None else keys[k + 1:])
+    stack = ResidualStack(inputs=entries[0], middle=entries[1], recent=tuple(entries[2:]), k=k,
+                          _num_outputs=n)
+    (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)
+    return h_LxD
+
+
+def group_bounds(n: int, groups: int) -> list[tuple[int, int]]:
+    """``[(start, stop), …]``: ``n`` blocks split into at most ``groups`` consecutive runs of
+    nearly equal length."""
+    groups = max(1, min(groups, n))
+    cuts = [round(i * n / groups) for i in range(groups + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def padded_block(block: DCABlock, size: int) -> DCABlock:
+    """``block`` with its three GRN-v3 read ``size`` entries: ``b`` zero-padded at the end (the
+    extra entries get the coefficient 0; see the module docstring)."""
+    def pad(grn: GRNv3) -> GRNv3:
+        b = jnp.pad(grn.b, ((0, size - grn.size), (0, 0)))
+        return GRNv3(b=b, w=grn.w, size=size, dim=grn.dim, gate=grn.gate)
+
+    return eqx.tree_at(lambda blk: (blk.grn_q, blk.grn_k, blk.grn_v), block,
+                       (pad(block.grn_q), pad(block.grn_k), pad(block.grn_v)))
+
+
+def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: Array | None,
+                impl: str, *, causal: bool) -> Array:
+    """Run blocks ``start, …, stop - 1`` of each ``(start, stop)`` in ``bounds`` (one scan per
+    pair), block t reading the buffer's first ``stop`` slots and writing its output to slot
+    ``t + 1``."""
+    for start, stop in bounds:
+        size = stop  # block stop - 1 reads x and stop - 1 outputs
+
+        def step(block, buffer, extra, size=size):
+            t, k_t = extra
+            o_LxD, _, _ = block.apply(buffer[:size], causal=causal, key=k_t, grn_impl=impl)
+            return jax.lax.dynamic_update_index_in_dim(buffer, o_LxD, t + 1, axis=0)
+
+        blocks = [padded_block(trunk.blocks[t], size) for t in range(start, stop)]
+        extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
+        buffer = scan_blocks(step, buffer, blocks, extras)
+    return buffer
+
+
+def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
+                  key: PRNGKeyArray | None, groups: int | None = None) -> Float[Array, "L D"]:
+    """The full DCA trunk's output through the ``(n_layers + 1)``-slot buffer, one scan per
+    group of blocks (``groups``: :data:`DCA_SCAN_GROUPS`)."""
+    groups = DCA_SCAN_GROUPS if groups is None else groups
+    impl, n = scan_grn_impl(trunk.cfg), trunk.cfg.n_layers
+    buffer = jnp.zeros((n + 1, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
+    buffer = fill_buffer(trunk, buffer, group_bounds(n, groups), block_keys_array(key, n), impl,
+                         causal=causal)
+    if impl == "reference":
+        return trunk.final(buffer)
+    stack = ResidualStack(inputs=buffer[0], middle=None, recent=tuple(buffer[1:]),
+                          k=trunk.cfg.k, _num_outputs=n)
+    (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)
+    return h_LxD
+
+
+def scan_grn_impl(cfg) -> str:
+    """The GRN path of the scanned DCA trunk: :data:`SCAN_GRN_IMPL`, or ``cfg.grn_impl``."""
+    return SCAN_GRN_IMPL or cfg.grn_impl
+
+
+def dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
+             key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+    """The DCA trunk's output with its blocks scanned (k-DCA or full DCA, see above)."""
+    cfg = trunk.cfg
+    if cfg.k is None or cfg.k + 1 >= cfg.n_layers:
+        return full_dca_scan(trunk, x_LxD, causal=causal, key=key)
+    return k_dca_scan(trunk, x_LxD, causal=causal, key=key)
