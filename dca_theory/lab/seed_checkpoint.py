@@ -15,7 +15,9 @@ during the write leaves the previous checkpoint intact. It holds
 * ``meta``: JSON with the step reached, the evaluations so far, the steps at which a process
   started (their step time includes compilation) and a fingerprint of the run (configs, seeds,
   leaf shapes). A checkpoint whose fingerprint differs from the run's is refused in one line
-  instead of being resumed into the wrong run.
+  instead of being resumed into the wrong run. Config fields are compared where both sides have
+  them, so a field added to a config class later (at a value that computes the same result,
+  e.g. how the trunk loops over its blocks) does not orphan the checkpoints written before it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ def fingerprint(model_cfg, train_cfg, seeds, state) -> str:
                        "leaves": shapes}, sort_keys=True)
 
 
+def same_run(stored: str, current: str) -> bool:
+    """Whether two fingerprints name one run: equal seeds and leaf shapes, and equal values of
+    every config field that both record."""
+    a, b = json.loads(stored), json.loads(current)
+    if a["seeds"] != b["seeds"] or a["leaves"] != b["leaves"]:
+        return False
+    return all(a[part][k] == b[part][k] for part in ("model", "train")
+               for k in a[part].keys() & b[part].keys())
+
+
 def save(path: str | Path, step: int, state, loss_SxT, grad_norm_SxT, step_time_T,
          evals: list[dict], restart_steps: list[int], fp: str) -> Path:
     """Write the checkpoint after ``step`` steps atomically (see the module docstring)."""
@@ -94,7 +106,7 @@ def load(path: str | Path, template, fp: str) -> Partial | None:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise ValueError(f"{path}: unreadable checkpoint ({err}); move it aside to start the "
                          "run from step 0") from None
-    if meta["fingerprint"] != fp:
+    if not same_run(meta["fingerprint"], fp):
         raise ValueError(f"{path} belongs to a different run (configuration, seeds or parameter "
                          "shapes differ); move it aside to start this run from step 0")
     leaves_t, treedef = jax.tree_util.tree_flatten(template)

@@ -2,11 +2,13 @@
 an uninterrupted run ends; a checkpoint of another run, or a damaged one, is refused in one line;
 the run cache deletes the checkpoint once the run's record is written."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
 
-from dca_theory.lab import lm_runs
+from dca_theory.lab import lm_runs, seed_checkpoint
 from dca_theory.lab.lm_evidence_analysis import cumulative_eval_times
 from dca_theory.lab.seeds import train_lm_seeds
 from dca_theory.lm import data as lm_data
@@ -66,6 +68,12 @@ def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused(corpus, tmp_pat
     assert "\n" not in str(err.value) and str(ckpt) in str(err.value)
     with pytest.raises(ValueError, match="belongs to a different run"):
         train_lm_seeds(CFG, TC, (0, 2), corpus=corpus, checkpoint=ckpt)
+    # a config field the checkpoint's writer did not have yet is not a difference
+    stored = json.loads(seed_checkpoint.fingerprint(CFG, TC.validate(), (0, 1), ()))
+    current = {**stored, "model": {**stored["model"], "a_later_field": "x"}}
+    assert seed_checkpoint.same_run(json.dumps(stored), json.dumps(current))
+    changed = {**stored, "model": {**stored["model"], "d_model": 2 * CFG.d_model}}
+    assert not seed_checkpoint.same_run(json.dumps(stored), json.dumps(changed))
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # a truncated file
     with pytest.raises(ValueError, match="unreadable checkpoint") as err:
         train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt)
