@@ -4,24 +4,16 @@ them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_lm_evidence.py"
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("gpu_lm_evidence", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("gpu_lm_evidence")
 
 
 @pytest.mark.parametrize("argv, bad", [(["--seeds", "0"], "--seeds"),

@@ -8,24 +8,16 @@ steps and three decode steps took about 2 minutes on the shared 2-core CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_perf.py"
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("gpu_perf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("gpu_perf")
 
 
 @pytest.mark.parametrize("argv, bad", [

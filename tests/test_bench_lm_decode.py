@@ -3,21 +3,15 @@ checks, and a dry run at tiny size whose record must hold every figure the READM
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "lm_decode.py"
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("lm_decode", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("lm_decode")
 
 
 @pytest.mark.parametrize("argv, bad", [

@@ -6,23 +6,17 @@ few steps and is marked slow: on the shared 2-core CPU its JAX compilation alone
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_pytorch.py"
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("vs_pytorch", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("vs_pytorch")
 
 
 @pytest.mark.parametrize("argv, bad", [
