@@ -56,7 +56,8 @@ def _logits_and_grad(model, toks):
 # their gradients (up to a minute each on the loaded 2-core CPU), so most are marked slow.
 FAST_CASES = [{"residual": "dca", "n_layers": 3}, {"residual": "dca", "k": 1, "n_layers": 3}]
 SLOW_CASES = [
-    {"residual": "vanilla", "n_layers": 3}, {"residual": "vanilla", "n_layers": 1}, {"residual": "vanilla", "n_layers": 5},
+    {"residual": "vanilla", "n_layers": 3}, {"residual": "vanilla", "n_layers": 1},
+    {"residual": "vanilla", "n_layers": 5},
     {"residual": "dca", "n_layers": 1}, {"residual": "dca", "n_layers": 2},
     {"residual": "dca", "n_layers": 5},
     {"residual": "dca", "k": 1, "n_layers": 1}, {"residual": "dca", "k": 1, "n_layers": 2},
