@@ -38,7 +38,13 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "mhc": ("mhc", None, "fused"),
     "muddformer": ("muddformer", None, "fused"),
     "value_residual": ("value_residual", None, "fused"),
+    # The paper's literal GRN-v3 gate, b + ReLU(w·h), beside the default bias_inside gate
+    # (whose backward pass adds a per-feature ReLU mask): the gate's own step cost, paired.
+    "dca-paper-gate": ("dca", None, "fused"),
+    "2-dca-paper-gate": ("dca", 2, "fused"),
 }
+#: variants that run a GRN-v3 gate other than the default
+VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "paper"}
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
 # Today's comparison set beside DCA: Attention Residuals, mHC, MUDDFormer, ResFormer.
 # The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.
@@ -63,9 +69,11 @@ def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
     residual, k, grn_impl = VARIANTS[variant]
+    gate = {"grn_gate": VARIANT_GATE[variant]} if variant in VARIANT_GATE else {}
     return ModelConfig(vocab_size=vocab, max_len=seq, d_model=width, n_heads=max(1, width // 64),
                        d_mlp=4 * width, n_layers=depth, dropout=dropout, attn_dropout=dropout,
-                       residual=residual, k=k, param_dtype=param_dtype, grn_impl=grn_impl)
+                       residual=residual, k=k, param_dtype=param_dtype, grn_impl=grn_impl,
+                       **gate)
 
 
 def train_config(cfg: ModelConfig, batch: int, compute_dtype: str = "float32") -> LMTrainConfig:
