@@ -46,6 +46,7 @@ def test_defaults_are_the_issue_configs(bench):
     assert bench.TARGET_VANILLA_MFU == 0.40
 
 
+@pytest.mark.slow  # about 11 s of compilation; the default suite stays under its time budget
 def test_a_spent_budget_skips_the_later_pieces_and_says_so(bench, tmp_path):
     # The first variant always runs; after it (seconds of compilation) a 1 s budget is spent,
     # so every later variant and piece is skipped, with its reason in the JSON.
