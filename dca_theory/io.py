@@ -8,14 +8,16 @@ temporary file and ``os.replace`` so that an interrupted run never leaves a half
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -37,20 +39,29 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """A file handle whose content appears at ``path`` only when the block ends without an
+    error: written to a temporary file in the same folder, then ``os.replace`` d over ``path``
+    (a kill mid-write leaves the previous file intact). ``mode`` is ``"w"`` or ``"wb"``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as fh:
+        fh.write(text)
+    return Path(path)
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
@@ -133,15 +144,8 @@ class RunDir:
     def save_arrays(self, name: str, **arrays: Any) -> Path:
         """Atomically save ``arrays.npz``-style data next to the summary."""
         target = self.path / name
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.", suffix=".npz")
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(target, "wb") as fh:
+            np.savez_compressed(fh, **{k: np.asarray(v) for k, v in arrays.items()})
         return target
 
     def finish(self, summary: dict) -> Path:

@@ -23,8 +23,6 @@ during the write leaves the previous checkpoint intact. It holds
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dca_theory.io import to_jsonable
+from dca_theory.io import atomic_file, to_jsonable
 
 
 @dataclass
@@ -73,7 +71,6 @@ def save(path: str | Path, step: int, state, loss_SxT, grad_norm_SxT, step_time_
          evals: list[dict], restart_steps: list[int], fp: str) -> Path:
     """Write the checkpoint after ``step`` steps atomically (see the module docstring)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(state)]
     # bfloat16 has no numpy file format: store its bits, restored by view in `load`.
     arrays = {f"leaf_{i}": (x.view(np.uint16) if x.dtype.kind == "V" or x.dtype.name == "bfloat16"
@@ -81,15 +78,9 @@ def save(path: str | Path, step: int, state, loss_SxT, grad_norm_SxT, step_time_
     meta = {"step": int(step), "fingerprint": fp, "restart_steps": [int(s) for s in restart_steps],
             "evals": [{"step": int(e["step"]), "valid_loss": np.asarray(e["valid_loss"]).tolist()}
                       for e in evals]}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta)), loss=loss_SxT[:, :step],
-                     grad_norm=grad_norm_SxT[:, :step], step_time=step_time_T[:step], **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as fh:
+        np.savez(fh, meta=np.array(json.dumps(meta)), loss=loss_SxT[:, :step],
+                 grad_norm=grad_norm_SxT[:, :step], step_time=step_time_T[:step], **arrays)
     return path
 
 
