@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lm_decode  # noqa: E402
 from lm_bench_common import (  # noqa: E402
     VARIANTS,
+    apply_preset,
     emit,
     machine,
     model_config,
@@ -106,9 +107,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help=f"tiny sizes for a CPU dry run: {SMOKE}")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
-    if args.smoke:
-        for name, value in SMOKE.items():
-            setattr(args, name, value)
+    apply_preset(args, args.smoke, SMOKE)
     args.variants = list(dict.fromkeys(args.variants))  # each once: they key the record
     for name in ("width", "seq", "batch", "vocab", "rounds", "chunk", "peak_n", "peak_reps",
                  "decode_tokens", "decode_rounds"):

@@ -58,6 +58,14 @@ PAPER_STEP_TIME_RATIO = {k: PAPER_BATCHES_PER_S["vanilla"] / v
 PAPER_MEMORY_RATIO = 6.6 / 5.3
 
 
+def apply_preset(args, on: bool, preset: dict):
+    """``args`` with ``preset``'s values set when ``on`` (a ``--quick`` / ``--smoke`` flag)."""
+    if on:
+        for name, value in preset.items():
+            setattr(args, name, value)
+    return args
+
+
 def check_positive(name: str, value: int) -> int:
     if value < 1:
         raise SystemExit(f"error: --{name} must be >= 1, got {value}")

@@ -37,6 +37,7 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    apply_preset,
     check_positive,
     emit,
     machine,
@@ -72,9 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny sizes: a dry run in seconds")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
+    apply_preset(args, args.quick, QUICK)
     for name in ("width", "seq", "batch", "vocab", "steps", "step_depth"):
         check_positive(name.replace("_", "-"), getattr(args, name))
     for d in args.depths:

@@ -48,7 +48,13 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lm_bench_common import check_positive, emit, machine, model_config  # noqa: E402
+from lm_bench_common import (  # noqa: E402
+    apply_preset,
+    check_positive,
+    emit,
+    machine,
+    model_config,
+)
 
 from dca_theory.lm.decode import DecodeCache, decode_step, max_stack_entries  # noqa: E402
 from dca_theory.lm.model import build_model  # noqa: E402
@@ -130,9 +136,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help=f"tiny sizes for a dry run ({quick})")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
+    apply_preset(args, args.quick, QUICK)
     for name in ("depth", "width", "context", "vocab", "tokens", "rounds"):
         check_positive(name, getattr(args, name))
     if args.warmup < 0:

@@ -61,6 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    apply_preset,
     check_positive,
     emit,
     machine,
@@ -96,9 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-torch", action="store_true",
                    help="time ours and the matmul peak only (MFU; no torch needed)")
     args = p.parse_args(argv)
-    if args.smoke:
-        for name, value in SMOKE.items():
-            setattr(args, name, value)
+    apply_preset(args, args.smoke, SMOKE)
     for name in ("width", "depth", "k", "seq", "batch", "vocab", "repeats", "warmup"):
         check_positive(name, getattr(args, name))
     if args.width % 64:
