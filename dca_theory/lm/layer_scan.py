@@ -102,8 +102,8 @@ def block_keys_array(key: PRNGKeyArray | None, n: int) -> Array | None:
     return None if key is None else jax.random.split(key, n)
 
 
-def vanilla_scan(blocks: Sequence[PreLNBlock] | BlockStack, x_LxD: Float[Array, "L D"], *, causal: bool,
-                 key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+def vanilla_scan(blocks: Sequence[PreLNBlock] | BlockStack, x_LxD: Float[Array, "L D"], *,
+                 causal: bool, key: PRNGKeyArray | None) -> Float[Array, "L D"]:
     """``h ← h + f_t(h)`` over every block."""
     def step(block, h_LxD, k):
         return h_LxD + block.branch(h_LxD, causal=causal, key=k)

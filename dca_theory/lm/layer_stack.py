@@ -1,4 +1,4 @@
-r"""The blocks of a trunk stored as one stacked module: the training layout of ``layer_loop="scan"``.
+r"""A trunk's blocks stored as one stacked module: the training layout of ``layer_loop="scan"``.
 
 **Why.** A ``lax.scan`` over the blocks compiles the block once, but if the parameters are kept
 one module per block (the saved layout: checkpoints, retrofit, analysis and decode read it),
