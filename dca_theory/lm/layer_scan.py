@@ -28,11 +28,14 @@ keys are ``split_or_none(key, n_layers)``, one per block, as there):
   group's GRNs padded to the group's largest stack only: padding to the whole depth doubles
   the GRNs' reads, while a fixed number of groups keeps the number of compiled bodies
   constant as the depth grows.
-* k-DCA (``k + 1 < n_layers``): block t reads ``stack_size(t, k)`` entries. The first
-  ``k + 1`` blocks fill a ``(k + 2)``-slot buffer as above (one scan); that buffer then *is*
-  the stack ``[x, middle, last k]`` (its middle slot holds the first output), of fixed size
-  from here on. The remaining blocks are one scan with that stack as the carry, shifting by one
-  entry per block while the oldest of the last k is added into the middle.
+* k-DCA (``k + 1 < n_layers``): one scan over every block, the fixed-size stack
+  ``[x, middle, last k]`` as the carry, started as ``[x, 0, …, 0]`` and shifting by one entry
+  per block while the oldest of the last k is added into the middle (adding zeros until block
+  ``k + 1``, where the middle becomes the first output exactly). Block ``t <= k`` has produced
+  only ``t`` outputs, which sit in the carry's last ``t`` slots: its GRN rows are placed there
+  (:func:`~dca_theory.lm.layer_stack.scan_slots`), and the zero slots in between get
+  coefficient 0 as above. One body for the whole trunk (two, for a buffer of the first
+  ``k + 1`` blocks and then the fixed stack, compiled in about twice the time).
 
 **GRN path.** The scan bodies and the final GRN run the reference GRNs
 (:data:`SCAN_GRN_IMPL`): they read the buffer as one array, so a body's size does not grow
@@ -58,7 +61,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.fast_path import combine_stack, middle_add
-from dca_theory.lm.layer_stack import BlockStack, padded_block
+from dca_theory.lm.layer_stack import BlockStack, padded_block, placed_block, scan_slots
 from dca_theory.residual import ResidualStack
 
 #: full DCA: the number of consecutive block groups, one scan (compiled body) each
@@ -67,14 +70,23 @@ DCA_SCAN_GROUPS = 2
 SCAN_GRN_IMPL: str | None = "reference"
 
 
-def block_group(blocks, start: int, stop: int, size: int | None = None):
+def block_group(blocks, start: int, stop: int, size: int | None = None, *,
+                slots: Sequence[tuple[int, ...]] | None = None):
     """``(arrays, static, size)`` of blocks ``start, …, stop - 1`` for :func:`scan_blocks`,
-    every GRN to read ``size`` entries (``None``: as stored). ``blocks`` is a trunk's tuple of
-    blocks (stacked here: one concatenation per array leaf, padded before) or its
-    :class:`BlockStack` (sliced, no per-layer operation; the scan body cuts ``b`` to ``size``)."""
+    every GRN to read ``size`` entries (``None``: as stored), or, given ``slots`` (one per
+    block of the group), to read its own entries from those slots
+    (:func:`~dca_theory.lm.layer_stack.scan_slots`). ``blocks`` is a trunk's tuple of blocks
+    (stacked here: one concatenation per array leaf, GRNs resized or placed before) or its
+    :class:`BlockStack` (sliced, no per-layer operation: its GRN entries are stored at their
+    ``scan_slots`` already, and the scan body cuts ``b`` to ``size``)."""
     if isinstance(blocks, BlockStack):
         return (*blocks.group(start, stop), size)
-    chosen = [b if size is None else padded_block(b, size) for b in blocks[start:stop]]
+    chosen = blocks[start:stop]
+    if slots is not None:
+        width = 1 + max(max(s) for s in slots)
+        chosen = [placed_block(b, s, width) for b, s in zip(chosen, slots)]
+    elif size is not None:
+        chosen = [padded_block(b, size) for b in chosen]
     arrays = [eqx.filter(m, eqx.is_array) for m in chosen]
     static = eqx.filter(chosen[0], eqx.is_array, inverse=True)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static, None
@@ -114,15 +126,13 @@ def vanilla_scan(blocks: Sequence[PreLNBlock] | BlockStack, x_LxD: Float[Array, 
 
 def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
                key: PRNGKeyArray | None) -> Float[Array, "L D"]:
-    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): the first ``k + 1`` blocks fill a
-    ``(k + 2)``-slot buffer (one scan, their GRNs padded to ``k + 1`` entries), which then *is*
-    the stack ``[x, middle, last k]``; the rest are scanned over that fixed-size stack."""
+    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): one scan over every block with
+    the fixed-size stack ``[x, middle, last k]`` as the carry, started as ``[x, 0, …, 0]``; the
+    first ``k + 1`` blocks' GRN entries are placed where their outputs sit in it
+    (:func:`~dca_theory.lm.layer_stack.scan_slots`)."""
     cfg, impl = trunk.cfg, scan_grn_impl(trunk.cfg)
     k, n = cfg.k, cfg.n_layers
     add = middle_add(impl, token=trunk.final.b)
-    keys = block_keys_array(key, n)
-    head = jnp.zeros((k + 2, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
-    head = fill_buffer(trunk, head, [(0, k + 1)], keys, impl, causal=causal)
 
     def step(block, entries, k_t):
         o_LxD, _, entries = block.apply(entries, causal=causal, key=k_t, grn_impl=impl)
@@ -130,8 +140,10 @@ def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
         recent = (*recent, o_LxD)  # push, then the oldest of the last k joins the middle
         return (x, add(middle, recent[0]), *recent[1:])
 
-    entries = scan_blocks(step, tuple(head), block_group(trunk.blocks, k + 1, n),
-                          None if keys is None else keys[k + 1:])
+    start = (x_LxD, *(jnp.zeros_like(x_LxD) for _ in range(k + 1)))
+    slots = [scan_slots(cfg, t) for t in range(n)]
+    entries = scan_blocks(step, start, block_group(trunk.blocks, 0, n, slots=slots),
+                          block_keys_array(key, n))
     stack = ResidualStack(inputs=entries[0], middle=entries[1], recent=tuple(entries[2:]), k=k,
                           _num_outputs=n)
     (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)

@@ -53,9 +53,11 @@ def _logits_and_grad(model, toks):
 
 
 def _padding_mask(blocks: BlockStack) -> np.ndarray:
-    """True where a stacked GRN ``b`` entry is padding (beyond its block's own size)."""
-    s_max = blocks.stacked.grn_q.b.shape[1]
-    return np.arange(s_max)[None, :] >= np.asarray(blocks.sizes)[:, None]
+    """True where a stacked GRN ``b`` entry is padding (none of its block's own entries)."""
+    mask = np.ones(blocks.stacked.grn_q.b.shape[:2], bool)
+    for t, slots in enumerate(blocks.slots):
+        mask[t, list(slots)] = False
+    return mask
 
 
 @pytest.mark.parametrize("changes", KINDS, ids=_ids)
@@ -203,3 +205,13 @@ def test_trainer_saves_and_counts_the_saved_layout(tmp_path):
     assert summary["n_params"] == param_count(model_cfg)
     assert summary["n_params"] == sum(x.size for x in jax.tree.leaves(
         eqx.filter(model, eqx.is_inexact_array)))
+
+
+@pytest.mark.parametrize("k, expected", [
+    (2, [(0,), (0, 3), (0, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3)]),  # [x, middle, last 2]
+    (None, [(0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 4)]),  # the buffer's first slots
+    (4, [(0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 4)]),  # k + 1 >= depth: full DCA
+])
+def test_scan_slots_put_each_output_where_the_scan_keeps_it(k, expected):
+    cfg = SMALL.replace(residual="dca", k=k, n_layers=5)
+    assert [layer_stack.scan_slots(cfg, t) for t in range(5)] == expected
