@@ -1,6 +1,6 @@
 """GPU performance of the LM in one call: step-time ratios, MFU, memory, compile and decode times.
 
-Claim tested (issue 18, GPU item): on one H200 in bfloat16, at 6 and 24 layers of width 512,
+Claim tested: on one H200 in bfloat16, at 6 and 24 layers of width 512,
 2-DCA's train step takes at most 1.10× and full DCA's at most 1.25× vanilla's, and vanilla's
 step reaches at least 40 % model FLOP utilisation. The targets are printed next to the figures
 with PASS/MISS, never asserted (on another device the verdicts are for information).

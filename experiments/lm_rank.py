@@ -1,4 +1,4 @@
-r"""Does DCA's gain track low effective rank of the residual branches? (issue 16, item 4)
+r"""Does DCA's gain track low effective rank of the residual branches?
 
 **Claim tested.** The paper explains Table 2's shrinking gain by the bottleneck argument of
 Theorem 4.3 (``dca-paper.md`` §1.5, §1.9, §8): a GRN helps where the residual branches are

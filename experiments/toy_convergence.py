@@ -1,4 +1,4 @@
-r"""Is the GRN gain on the α = 1 teacher an optimisation effect? (issue 16, item 4; §2.5)
+r"""Is the GRN gain on the α = 1 teacher an optimisation effect? (§2.5)
 
 **Claim tested.** ``paper/02_toy_networks.md`` §2.5: on the ResNet-friendly teacher
 ``y = x + h(Gx)`` (k = 8, α = 1, d = 64) GRN-v1 beats the ResNet by a gain that *grows* with

@@ -1,5 +1,4 @@
-"""Effective rank of the LM's sublayer Jacobians beside DCA's gain (``experiments/lm_rank``,
-issue 16 item 4).
+"""Effective rank of the LM's sublayer Jacobians beside DCA's gain (``experiments/lm_rank``).
 
 (a) Effective rank / width of the attention, MLP and residual-update Jacobians against width
     (mean over layers and seeds; vanilla solid, DCA dashed).

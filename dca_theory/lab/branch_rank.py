@@ -1,5 +1,5 @@
 r"""Effective rank of each sublayer's Jacobian in a trained LM: attention, MLP and the whole
-residual update, per layer (issue 16, item 4: the theory's mechanism).
+residual update, per layer (the theory's mechanism).
 
 The bottleneck argument behind "DCA's gain shrinks with width" (``dca-paper.md`` §1.9, §8)
 needs the residual branches to be *low rank* compared with the width: only then can a GRN's

@@ -5,10 +5,12 @@ copy of the block per layer and compile time grows with depth (at depth 24, widt
 2-core CPU: minutes for DCA, ``paper/06_performance.md`` §6.10). A ``lax.scan`` compiles its
 body once, whatever the number of iterations.
 
-**Parameter layout.** The trunk keeps one module per block (checkpoints, retrofit, analysis and
-decode read that layout). Inside the forward pass, :func:`scan_blocks` stacks the blocks' arrays
-(one leading ``layer`` axis per leaf) and scans over them with the static part shared, so the
-blocks a scan covers must have one structure (equal static fields, equal shapes).
+**Parameter layout.** The blocks come either as the trunk's tuple, one module per block (the
+saved layout: checkpoints, retrofit, analysis and decode read it), which the forward pass then
+stacks (one leading ``layer`` axis per leaf; the blocks a scan covers must have one structure),
+or already stacked as a :class:`~dca_theory.lm.layer_stack.BlockStack` (the training layout,
+:func:`~dca_theory.lm.layer_stack.to_training_layout`), which the scans slice. Only the second
+keeps the program's size independent of the depth.
 
 **What each kind scans** (same function, values and gradients as the unrolled trunk; dropout
 keys are ``split_or_none(key, n_layers)``, one per block, as there):
@@ -26,11 +28,14 @@ keys are ``split_or_none(key, n_layers)``, one per block, as there):
   group's GRNs padded to the group's largest stack only: padding to the whole depth doubles
   the GRNs' reads, while a fixed number of groups keeps the number of compiled bodies
   constant as the depth grows.
-* k-DCA (``k + 1 < n_layers``): block t reads ``stack_size(t, k)`` entries. The first
-  ``k + 1`` blocks fill a ``(k + 2)``-slot buffer as above (one scan); that buffer then *is*
-  the stack ``[x, middle, last k]`` (its middle slot holds the first output), of fixed size
-  from here on. The remaining blocks are one scan with that stack as the carry, shifting by one
-  entry per block while the oldest of the last k is added into the middle.
+* k-DCA (``k + 1 < n_layers``): one scan over every block, the fixed-size stack
+  ``[x, middle, last k]`` as the carry, started as ``[x, 0, …, 0]`` and shifting by one entry
+  per block while the oldest of the last k is added into the middle (adding zeros until block
+  ``k + 1``, where the middle becomes the first output exactly). Block ``t <= k`` has produced
+  only ``t`` outputs, which sit in the carry's last ``t`` slots: its GRN rows are placed there
+  (:func:`~dca_theory.lm.layer_stack.scan_slots`), and the zero slots in between get
+  coefficient 0 as above. One body for the whole trunk (two, for a buffer of the first
+  ``k + 1`` blocks and then the fixed stack, compiled in about twice the time).
 
 **GRN path.** The scan bodies and the final GRN run the reference GRNs
 (:data:`SCAN_GRN_IMPL`): they read the buffer as one array, so a body's size does not grow
@@ -54,9 +59,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dca_theory.lm.blocks import DCABlock, PreLNBlock
+from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.fast_path import combine_stack, middle_add
-from dca_theory.residual import GRNv3, ResidualStack
+from dca_theory.lm.layer_stack import BlockStack, padded_block, placed_block, scan_slots
+from dca_theory.residual import ResidualStack
 
 #: full DCA: the number of consecutive block groups, one scan (compiled body) each
 DCA_SCAN_GROUPS = 2
@@ -64,22 +70,40 @@ DCA_SCAN_GROUPS = 2
 SCAN_GRN_IMPL: str | None = "reference"
 
 
-def stack_modules(modules: Sequence[eqx.Module]) -> tuple[eqx.Module, eqx.Module]:
-    """``(arrays, static)``: the modules' arrays stacked along a new leading axis, and the
-    static part they share (``eqx.combine`` of one slice and ``static`` is one module)."""
-    arrays = [eqx.filter(m, eqx.is_array) for m in modules]
-    static = eqx.filter(modules[0], eqx.is_array, inverse=True)
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static
+def block_group(blocks, start: int, stop: int, size: int | None = None, *,
+                slots: Sequence[tuple[int, ...]] | None = None):
+    """``(arrays, static, size)`` of blocks ``start, …, stop - 1`` for :func:`scan_blocks`,
+    every GRN to read ``size`` entries (``None``: as stored), or, given ``slots`` (one per
+    block of the group), to read its own entries from those slots
+    (:func:`~dca_theory.lm.layer_stack.scan_slots`). ``blocks`` is a trunk's tuple of blocks
+    (stacked here: one concatenation per array leaf, GRNs resized or placed before) or its
+    :class:`BlockStack` (sliced, no per-layer operation: its GRN entries are stored at their
+    ``scan_slots`` already, and the scan body cuts ``b`` to ``size``)."""
+    if isinstance(blocks, BlockStack):
+        return (*blocks.group(start, stop), size)
+    chosen = blocks[start:stop]
+    if slots is not None:
+        width = 1 + max(max(s) for s in slots)
+        chosen = [placed_block(b, s, width) for b, s in zip(chosen, slots)]
+    elif size is not None:
+        chosen = [padded_block(b, size) for b in chosen]
+    arrays = [eqx.filter(m, eqx.is_array) for m in chosen]
+    static = eqx.filter(chosen[0], eqx.is_array, inverse=True)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static, None
 
 
-def scan_blocks(step: Callable, carry, blocks: Sequence[eqx.Module], extras=None):
-    """Fold ``carry = step(block, carry, extra)`` over the blocks in order, as one
-    ``lax.scan``; ``extras`` is a pytree with one leading-axis slice per block (or ``None``)."""
-    arrays, static = stack_modules(blocks)
+def scan_blocks(step: Callable, carry, group, extras=None):
+    """Fold ``carry = step(block, carry, extra)`` over the blocks of ``group`` (from
+    :func:`block_group`) in order, as one ``lax.scan``; ``extras`` is a pytree with one
+    leading-axis slice per block (or ``None``)."""
+    arrays, static, size = group
 
     def body(carry, xs):
         block_arrays, extra = xs
-        return step(eqx.combine(block_arrays, static), carry, extra), None
+        block = eqx.combine(block_arrays, static)
+        if size is not None:
+            block = padded_block(block, size)
+        return step(block, carry, extra), None
 
     carry, _ = jax.lax.scan(body, carry, (arrays, extras))
     return carry
@@ -90,26 +114,25 @@ def block_keys_array(key: PRNGKeyArray | None, n: int) -> Array | None:
     return None if key is None else jax.random.split(key, n)
 
 
-def vanilla_scan(blocks: Sequence[PreLNBlock], x_LxD: Float[Array, "L D"], *, causal: bool,
-                 key: PRNGKeyArray | None) -> Float[Array, "L D"]:
+def vanilla_scan(blocks: Sequence[PreLNBlock] | BlockStack, x_LxD: Float[Array, "L D"], *,
+                 causal: bool, key: PRNGKeyArray | None) -> Float[Array, "L D"]:
     """``h ← h + f_t(h)`` over every block."""
     def step(block, h_LxD, k):
         return h_LxD + block.branch(h_LxD, causal=causal, key=k)
 
-    return scan_blocks(step, x_LxD, blocks, block_keys_array(key, len(blocks)))
+    return scan_blocks(step, x_LxD, block_group(blocks, 0, len(blocks)),
+                       block_keys_array(key, len(blocks)))
 
 
 def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
                key: PRNGKeyArray | None) -> Float[Array, "L D"]:
-    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): the first ``k + 1`` blocks fill a
-    ``(k + 2)``-slot buffer (one scan, their GRNs padded to ``k + 1`` entries), which then *is*
-    the stack ``[x, middle, last k]``; the rest are scanned over that fixed-size stack."""
+    """The k-DCA trunk's output (needs ``k + 1 < n_layers``): one scan over every block with
+    the fixed-size stack ``[x, middle, last k]`` as the carry, started as ``[x, 0, …, 0]``; the
+    first ``k + 1`` blocks' GRN entries are placed where their outputs sit in it
+    (:func:`~dca_theory.lm.layer_stack.scan_slots`)."""
     cfg, impl = trunk.cfg, scan_grn_impl(trunk.cfg)
     k, n = cfg.k, cfg.n_layers
     add = middle_add(impl, token=trunk.final.b)
-    keys = block_keys_array(key, n)
-    head = jnp.zeros((k + 2, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
-    head = fill_buffer(trunk, head, [(0, k + 1)], keys, impl, causal=causal)
 
     def step(block, entries, k_t):
         o_LxD, _, entries = block.apply(entries, causal=causal, key=k_t, grn_impl=impl)
@@ -117,8 +140,10 @@ def k_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
         recent = (*recent, o_LxD)  # push, then the oldest of the last k joins the middle
         return (x, add(middle, recent[0]), *recent[1:])
 
-    entries = scan_blocks(step, tuple(head), trunk.blocks[k + 1:],
-                          None if keys is None else keys[k + 1:])
+    start = (x_LxD, *(jnp.zeros_like(x_LxD) for _ in range(k + 1)))
+    slots = [scan_slots(cfg, t) for t in range(n)]
+    entries = scan_blocks(step, start, block_group(trunk.blocks, 0, n, slots=slots),
+                          block_keys_array(key, n))
     stack = ResidualStack(inputs=entries[0], middle=entries[1], recent=tuple(entries[2:]), k=k,
                           _num_outputs=n)
     (h_LxD,), _ = combine_stack((trunk.final,), stack, impl)
@@ -131,17 +156,6 @@ def group_bounds(n: int, groups: int) -> list[tuple[int, int]]:
     groups = max(1, min(groups, n))
     cuts = [round(i * n / groups) for i in range(groups + 1)]
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-
-
-def padded_block(block: DCABlock, size: int) -> DCABlock:
-    """``block`` with its three GRN-v3 read ``size`` entries: ``b`` zero-padded at the end (the
-    extra entries get the coefficient 0; see the module docstring)."""
-    def pad(grn: GRNv3) -> GRNv3:
-        b = jnp.pad(grn.b, ((0, size - grn.size), (0, 0)))
-        return GRNv3(b=b, w=grn.w, size=size, dim=grn.dim, gate=grn.gate)
-
-    return eqx.tree_at(lambda blk: (blk.grn_q, blk.grn_k, blk.grn_v), block,
-                       (pad(block.grn_q), pad(block.grn_k), pad(block.grn_v)))
 
 
 def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: Array | None,
@@ -157,9 +171,8 @@ def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: A
             o_LxD, _, _ = block.apply(buffer[:size], causal=causal, key=k_t, grn_impl=impl)
             return jax.lax.dynamic_update_index_in_dim(buffer, o_LxD, t + 1, axis=0)
 
-        blocks = [padded_block(trunk.blocks[t], size) for t in range(start, stop)]
         extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
-        buffer = scan_blocks(step, buffer, blocks, extras)
+        buffer = scan_blocks(step, buffer, block_group(trunk.blocks, start, stop, size), extras)
     return buffer
 
 

@@ -29,6 +29,8 @@ Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (pape
 
 ``cfg.layer_loop`` chooses how the blocks run: one traced copy each (``"unroll"``) or one
 ``lax.scan`` (``"scan"``, vanilla and DCA; :mod:`dca_theory.lm.layer_scan`), same function.
+In training, a scanned trunk stores its blocks as one stacked module
+(:mod:`dca_theory.lm.layer_stack`); every other reader sees one module per block.
 The per-layer states (``collect``) always come from the unrolled loop.
 
 Block weights are drawn from the same per-layer keys for every kind, so models of different
@@ -57,6 +59,7 @@ from dca_theory.lm import layer_scan
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_stack, middle_add
+from dca_theory.lm.layer_stack import BlockStack, block_list
 from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
 
 States = dict[str, Array]
@@ -101,7 +104,7 @@ class ResidualTrunk(AbstractTrunk):
     """Pre-LN blocks with the vanilla sum or one GRN per block (Table 7 ablation)."""
 
     cfg: ModelConfig = eqx.field(static=True)
-    blocks: tuple[PreLNBlock, ...]
+    blocks: tuple[PreLNBlock, ...] | BlockStack  # BlockStack: the training layout of scan
     grns: tuple[AbstractCombiner, ...] | None  # one per block, then the final one (GRN kinds)
 
     @classmethod
@@ -136,10 +139,11 @@ class ResidualTrunk(AbstractTrunk):
         if self.cfg.layer_loop == "scan" and not collect:
             return layer_scan.vanilla_scan(self.blocks, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
-        keys = split_or_none(key, len(self.blocks))
+        blocks = block_list(self.blocks)
+        keys = split_or_none(key, len(blocks))
         if self.grns is None:  # vanilla: the recursive form of the plain sum
             h_LxD = x_LxD
-            for t, (blk, k) in enumerate(zip(self.blocks, keys)):
+            for t, (blk, k) in enumerate(zip(blocks, keys)):
                 f_LxD = blk.branch(h_LxD, causal=causal, key=k)
                 if collect:
                     states |= {f"block_{t}_in": h_LxD, f"block_{t}_out": f_LxD}
@@ -148,7 +152,7 @@ class ResidualTrunk(AbstractTrunk):
                     states[f"stream_{t}"] = h_LxD
         else:
             stack = ResidualStack.start(x_LxD)
-            for t, (blk, grn, k) in enumerate(zip(self.blocks, self.grns, keys)):
+            for t, (blk, grn, k) in enumerate(zip(blocks, self.grns, keys)):
                 if collect:
                     states[f"stack_{t}"] = jnp.stack(self._window(stack))
                 in_LxD, stack = self._combine(grn, stack)
@@ -167,7 +171,7 @@ class DCATrunk(AbstractTrunk):
     """DCA (full stack, ``k=None``) or k-DCA: DCA blocks and a final GRN-v3 (paper §3.2)."""
 
     cfg: ModelConfig = eqx.field(static=True)
-    blocks: tuple[DCABlock, ...]
+    blocks: tuple[DCABlock, ...] | BlockStack  # BlockStack: the training layout of scan
     final: AbstractCombiner
 
     @classmethod
@@ -197,7 +201,8 @@ class DCATrunk(AbstractTrunk):
         impl = self.cfg.grn_impl
         add = middle_add(impl, token=self.final.b)  # folds k-DCA's middle sum (see fast_path)
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
-        for t, (blk, k) in enumerate(zip(self.blocks, split_or_none(key, len(self.blocks)))):
+        blocks = block_list(self.blocks)
+        for t, (blk, k) in enumerate(zip(blocks, split_or_none(key, len(blocks)))):
             o_LxD, q_LxD, entries = blk.apply(stack.entries(), causal=causal, key=k,
                                               grn_impl=impl)
             stack = stack.with_entries(entries)  # the fast path threads them (see fast_path)

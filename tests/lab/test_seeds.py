@@ -50,3 +50,17 @@ def test_bad_seeds_and_start_models_are_refused(corpus, unchecked):
         train_lm_seeds(cfg, TC, (1, 1), corpus=corpus)
     with pytest.raises(ValueError, match="starting models for 2 seeds"):
         train_lm_seeds(cfg, TC, (1, 2), corpus=corpus, models=[object()])
+
+
+@pytest.mark.slow
+def test_scanned_models_train_stacked_and_come_back_one_module_per_block(corpus):
+    """``layer_loop="scan"`` trains in the stacked layout (dca_theory.lm.layer_stack); the
+    runs hand back one module per block and count parameters without the GRN padding."""
+    from dca_theory.lm.params import param_count
+
+    cfg = PRESETS["tiny"].replace(residual="dca", n_layers=3, layer_loop="scan")
+    runs = train_lm_seeds(cfg, TC, (0, 1), corpus=corpus, final_batches=1, keep_params=True)
+    assert runs.n_params == param_count(runs.model_cfg)
+    model = runs.model(1)
+    assert [b.grn_v.b.shape[0] for b in model.trunk.blocks] == [1, 2, 3]
+    assert np.all(np.isfinite(runs.final["test"]))
