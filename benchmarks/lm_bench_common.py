@@ -42,9 +42,16 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     # (whose backward pass adds a per-feature ReLU mask): the gate's own step cost, paired.
     "dca-paper-gate": ("dca", None, "fused"),
     "2-dca-paper-gate": ("dca", 2, "fused"),
+    # The blocks in a lax.scan, trained in the stacked layout (dca_theory.lm.layer_stack):
+    # compile time flat in depth, a slower step (paper/06_performance.md §6.10).
+    "vanilla-scan": ("vanilla", None, "fused"),
+    "dca-scan": ("dca", None, "fused"),
+    "2-dca-scan": ("dca", 2, "fused"),
 }
 #: variants that run a GRN-v3 gate other than the default
 VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "paper"}
+#: variants whose blocks run in a lax.scan (``layer_loop="scan"``)
+SCAN_VARIANTS: tuple[str, ...] = ("vanilla-scan", "dca-scan", "2-dca-scan")
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
 # Today's comparison set beside DCA: Attention Residuals, mHC, MUDDFormer, ResFormer.
 # The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.
@@ -78,6 +85,8 @@ def model_config(variant: str, *, width: int, depth: int, seq: int, vocab: int,
         raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
     residual, k, grn_impl = VARIANTS[variant]
     gate = {"grn_gate": VARIANT_GATE[variant]} if variant in VARIANT_GATE else {}
+    if variant in SCAN_VARIANTS:
+        gate["layer_loop"] = "scan"
     return ModelConfig(vocab_size=vocab, max_len=seq, d_model=width, n_heads=max(1, width // 64),
                        d_mlp=4 * width, n_layers=depth, dropout=dropout, attn_dropout=dropout,
                        residual=residual, k=k, param_dtype=param_dtype, grn_impl=grn_impl,

@@ -69,7 +69,8 @@ def test_a_spent_budget_skips_the_later_pieces_and_says_so(bench, tmp_path):
     assert verdict["train@2 vanilla MFU >= 40%"] in ("PASS", "MISS")
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "2-dca", "dca"])
+@pytest.mark.parametrize("variant", ["vanilla", "2-dca", "dca",
+                                     pytest.param("2-dca-scan", marks=pytest.mark.slow)])
 def test_the_scripts_steps_lower_for_a_gpu(bench, variant):
     # No GPU here: exporting for CUDA runs JAX's lowering for that platform (the fused path's
     # GPU branch included), so the device run cannot fail there. Tiny sizes, bf16 as on the GPU.
