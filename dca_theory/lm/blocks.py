@@ -288,9 +288,10 @@ class DCABlock(eqx.Module):
     def apply(
         self, stack: Array | tuple[Array, ...], *, causal: bool,
         key: PRNGKeyArray | None = None, grn_impl: str = "fused",
-    ) -> tuple[Float[Array, "L D"], Float[Array, "L D"], tuple[Array, ...]]:
+    ) -> tuple[Float[Array, "L D"], Float[Array, "L D"], tuple[Array, ...] | Array]:
         """``(o, q̃, entries)``: the new stack entry, the query input and the stack's entries
-        (to read the stack through from now on; see :meth:`attention_inputs`)."""
+        (to read the stack through from now on; see :meth:`attention_inputs`; a stack given
+        as an array comes back as it is on the reference path)."""
         k_att, k_drop, k_mlp = split_or_none(key, 3)
         (qn_LxD, kn_LxD, vn_LxD), (q_LxD, _, _), entries = self.attention_inputs(
             stack, grn_impl=grn_impl)

@@ -386,10 +386,11 @@ def combine_stack(combiners, stack: ResidualStack, grn_impl: str, *,
 
 
 def combine_and_norm(combiners, norms, entries: Entries | Array,
-                     grn_impl: str) -> tuple[tuple[Array, ...], tuple[Array, ...], Entries]:
+                     grn_impl: str) -> tuple[tuple[Array, ...], tuple[Array, ...], Entries | Array]:
     """``((LN_j(GRN_j(G)))_j, (GRN_j(G))_j, entries)`` over the stack entries ``G``, each
     ``LN_j`` a LayerNorm module returning its parameters' dtype; read the stack through the
-    returned entries from now on. ``G`` is a tuple of entries or one ``S×…×D`` array.
+    returned entries from now on. ``G`` is a tuple of entries or one ``S×…×D`` array (returned
+    as it is on the reference path).
 
     Reference: the entries stacked into one array, each combiner called on it, then each
     LayerNorm; the entries come back as they were. Fused: :func:`grn_layer_norm`."""
@@ -397,7 +398,10 @@ def combine_and_norm(combiners, norms, entries: Entries | Array,
         # An array is the stack already (a scanned trunk's buffer): no per-entry slices.
         stacked = entries if isinstance(entries, jax.Array) else jnp.stack(tuple(entries))
         raw = tuple(c(stacked) for c in combiners)
-        return tuple(n(y) for n, y in zip(norms, raw)), raw, tuple(entries)
+        # (an array comes back as the array: slicing it into entries nobody reads would add
+        # one slice per slot to the program, which a scan's body does not clean up)
+        return tuple(n(y) for n, y in zip(norms, raw)), raw, \
+            entries if isinstance(entries, jax.Array) else tuple(entries)
     entries = tuple(entries)
     stat_dtype = at_least_float32(norms[0].scale.dtype)
     normed, raw, entries = grn_layer_norm(combiners, norms, entries, stat_dtype)

@@ -44,10 +44,12 @@ entry's terms separately, so a body's program grows with the stack it reads, and
 compilation took longer in our measurements (``paper/06_performance.md`` §6.10); it is kept,
 and tested, as the option.
 
-**Cost.** The scan's autodiff saves what each iteration's backward pass reads, per iteration:
-for full DCA that is the stack it read, so the training activations grow like depth² (the
-unrolled fused path keeps each entry once). ``collect=True`` (per-layer states) runs the
-unrolled loop.
+**Cost.** ``lax.scan``'s autodiff saves what each iteration's backward pass reads, per
+iteration: for full DCA that would be the buffer it read, so the training activations would
+grow like depth². Full DCA's scans therefore have a hand-written backward pass
+(:func:`write_once_scan`: one buffer, each block recomputed once); k-DCA's carry (``k + 2``
+entries per block) and vanilla's are saved as they are. ``collect=True`` (per-layer states)
+runs the unrolled loop.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: A
                 impl: str, *, causal: bool) -> Array:
     """Run blocks ``start, …, stop - 1`` of each ``(start, stop)`` in ``bounds`` (one scan per
     pair), block t reading the buffer's first ``stop`` slots and writing its output to slot
-    ``t + 1``."""
+    ``t + 1`` (:func:`write_once_scan`: the backward pass keeps one buffer, not one per
+    block)."""
     for start, stop in bounds:
         size = stop  # block stop - 1 reads x and stop - 1 outputs
 
@@ -172,8 +175,54 @@ def fill_buffer(trunk, buffer: Array, bounds: Sequence[tuple[int, int]], keys: A
             return jax.lax.dynamic_update_index_in_dim(buffer, o_LxD, t + 1, axis=0)
 
         extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
-        buffer = scan_blocks(step, buffer, block_group(trunk.blocks, start, stop, size), extras)
+        buffer = write_once_scan(step, buffer, block_group(trunk.blocks, start, stop, size),
+                                 extras)
     return buffer
+
+
+def write_once_scan(step: Callable, buffer: Array, group, extras) -> Array:
+    """:func:`scan_blocks` for a ``step`` that writes slot ``t + 1`` of ``buffer`` (``t`` is
+    ``extras[0]``) and reads only slots ``<= t``, where the slots above ``t`` still hold zeros:
+    the value is the same, the backward pass differs. Slots are written once, so the buffer
+    block t read is the final buffer with the slots above ``t`` set to zero; the backward pass
+    rebuilds it so, recomputes block t's forward pass and applies its VJP, block by block in
+    reverse. Memory: the final buffer and one block's activations at a time, instead of the
+    buffer every block read (``lax.scan``'s autodiff saves each iteration's inputs, which grows
+    like depth²); cost: one more forward pass per block."""
+    arrays, static, size = group
+
+    def apply(block_arrays, buf, extra):
+        block = eqx.combine(block_arrays, static)
+        return step(block if size is None else padded_block(block, size), buf, extra)
+
+    def forward(arrays, buf, extras):
+        return jax.lax.scan(lambda b, xs: (apply(xs[0], b, xs[1]), None), buf,
+                            (arrays, extras))[0]
+
+    @jax.custom_vjp
+    def run(arrays, buf, extras):
+        return forward(arrays, buf, extras)
+
+    def run_fwd(arrays, buf, extras):
+        out = forward(arrays, buf, extras)
+        return out, (arrays, out, extras)
+
+    def run_bwd(res, g_out):
+        arrays, out, extras = res
+        slot = jnp.arange(out.shape[0]).reshape((-1,) + (1,) * (out.ndim - 1))
+
+        def back(g_buf, xs):
+            block_arrays, extra = xs
+            read = jnp.where(slot <= extra[0], out, jnp.zeros_like(out))  # what block t read
+            _, vjp = jax.vjp(lambda a, b: apply(a, b, extra), block_arrays, read)
+            g_arrays, g_read = vjp(g_buf)
+            return g_read, g_arrays
+
+        g_in, g_arrays = jax.lax.scan(back, g_out, (arrays, extras), reverse=True)
+        return g_arrays, g_in, jax.tree.map(lambda _: None, extras)
+
+    run.defvjp(run_fwd, run_bwd)
+    return run(arrays, buffer, extras)
 
 
 def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
