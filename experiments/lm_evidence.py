@@ -16,8 +16,10 @@ learning rate per width from a vanilla sweep (1e-3, 2e-3, 4e-3, 8e-3; 500 steps,
 whole validation split), shared by all arms; validation on the whole split every 250 steps
 (0.51M tokens); test once at the end. Secondary: the four arms at width 32 on the CPython
 standard library by byte (no repetition: 8.19M of 28M bytes) and by byte-level BPE (2048
-symbols). Primary statistic: the slope of D = 100 (ln ppl_DCA - ln ppl_vanilla) against
-log2(width), seed-clustered 95 % CI; decision rule in the design document.
+symbols). Last, the related-work arms (Attention Residuals, mHC, MUDDFormer, value residuals)
+at width 32 on PTB-char, same seeds, budget and rate. Primary statistic: the slope of
+D = 100 (ln ppl_DCA - ln ppl_vanilla) against log2(width), seed-clustered 95 % CI; decision
+rule in the design document.
 
 **Command.** ``dca-theory run lm_evidence`` (full; trains into / reads
 ``experiments/results/lm_runs``, so it can be stopped and restarted: finished runs are kept)
@@ -98,7 +100,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
             summary["datasets"][data] = {
                 "rows": e["rows"],
                 **summarise(e["records"], e["curves"], e["n_params"], cfg.seeds,
-                            tokens_per_step, primary=data == cfg.train.data)}
+                            tokens_per_step, primary=data == cfg.train.data,
+                            related_arms=cfg.related_arms)}
     summary |= {"primary_data": cfg.train.data, "missing_runs": missing,
                 "diverged_runs": diverged,
                 "complete": not missing, **summary_entry(overrides)}

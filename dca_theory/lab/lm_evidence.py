@@ -16,7 +16,9 @@ whose loss diverges counts as worse than any (a ``diverged.json`` marker keeps i
 retried). The best rate per width is then shared by every arm at that width (``lr_by_width``
 skips the sweep).
 Then the primary grid (``widths`` x arms on ``train.data``), then the secondary one (width
-``secondary_width`` on each of ``secondary_data``, its rate the primary sweep's at that width).
+``secondary_width`` on each of ``secondary_data``, its rate the primary sweep's at that width),
+then the related-work arms (:data:`RELATED_ARMS`: Attention Residuals, mHC, MUDDFormer, value
+residuals) at ``related_width`` on ``train.data``, with that width's rate.
 """
 
 from __future__ import annotations
@@ -41,12 +43,16 @@ from dca_theory.lm.params import matched_vanilla_d_mlp
 from dca_theory.lm.train_config import LMTrainConfig
 
 ARMS: tuple[str, ...] = ("vanilla", "dca", "dca_paper", "vanilla_matched")
+#: today's dense-connection methods beside DCA (the related-work arms; their LM trunks are in
+#: dca_theory.lm.rivals and dca_theory.lm.mhc)
+RELATED_ARMS: tuple[str, ...] = ("attn_res", "mhc", "muddformer", "value_residual")
 DIVERGED = "diverged.json"  # marks a sweep run whose loss became non-finite
 #: arm -> (residual, GRN-v3 gate); vanilla's gate is unused
 ARM_MODEL: dict[str, tuple[str, str]] = {"vanilla": ("vanilla", "paper"),
                                          "dca": ("dca", "bias_inside"),
                                          "dca_paper": ("dca", "paper"),
-                                         "vanilla_matched": ("vanilla", "paper")}
+                                         "vanilla_matched": ("vanilla", "paper"),
+                                         **{arm: (arm, "paper") for arm in RELATED_ARMS}}
 PRIMARY_DATA = "ptb-char"
 SECONDARY_DATA: tuple[str, ...] = ("python-stdlib", "python-stdlib-bpe")
 
@@ -72,7 +78,8 @@ class EvidenceSettings(LMGridSettings):
     """The evidence grid: ``arms`` at each of ``widths`` (``depth`` pre-LN layers, ``n_heads``
     heads, MLP ``mlp_ratio`` x width) on ``train.data``; the sweep (``lr_grid``,
     ``sweep_steps``, ``sweep_seeds``; or fixed rates ``lr_by_width``, one per width); and
-    ``secondary_arms`` at ``secondary_width`` on each of ``secondary_data``."""
+    ``secondary_arms`` at ``secondary_width`` on each of ``secondary_data``; ``related_arms``
+    at ``related_width`` on ``train.data``."""
 
     widths: tuple[int, ...] = (16, 32, 64)
     depth: int = 4
@@ -87,6 +94,8 @@ class EvidenceSettings(LMGridSettings):
     secondary_width: int = 32
     secondary_data: tuple[str, ...] = SECONDARY_DATA
     secondary_arms: tuple[str, ...] = ARMS
+    related_width: int = 32
+    related_arms: tuple[str, ...] = RELATED_ARMS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,6 +117,13 @@ class EvidenceSettings(LMGridSettings):
         for arm in (*self.arms, *self.secondary_arms):
             if arm not in ARMS:
                 raise ValueError(f"unknown arm {arm!r}; valid: {', '.join(ARMS)}")
+        for arm in self.related_arms:
+            if arm not in RELATED_ARMS:
+                raise ValueError(f"unknown related arm {arm!r}; valid: "
+                                 f"{', '.join(RELATED_ARMS)}")
+        if self.related_arms and self.related_width not in self.widths:
+            raise ValueError(f"related_width {self.related_width} must be one of widths "
+                             f"{','.join(map(str, self.widths))} (it takes that width's rate)")
         for needed in ("vanilla", "dca"):
             if needed not in self.arms:
                 raise ValueError(f"arms must include {needed} (D is measured against it), got "
@@ -133,7 +149,8 @@ class EvidenceSettings(LMGridSettings):
                        mlp_ratio=2, lr_grid=(3e-3, 6e-3), lr_extend=1, sweep_steps=10,
                        sweep_seeds=(0,),
                        secondary_width=16, secondary_data=("python-stdlib",),
-                       secondary_arms=("vanilla", "dca"))
+                       secondary_arms=("vanilla", "dca"), related_width=16,
+                       related_arms=("attn_res",))
         return cls(seeds=(0, 1, 2, 3, 4, 5), train=FULL_TRAIN)
 
 
@@ -254,7 +271,8 @@ def rates(settings: EvidenceSettings, quick: bool, cache, *, log=None,
 
 def grid_specs(settings: EvidenceSettings, quick: bool,
                lrs: dict[int, float]) -> dict[tuple[str, str, int], RunSpec]:
-    """``(data, arm, width) -> spec``: the primary grid, then the secondary one."""
+    """``(data, arm, width) -> spec``: the primary grid, then the secondary one, then the
+    related-work arms (at ``related_width`` on the primary data)."""
     out = {(settings.train.data, arm, w): arm_spec(settings, quick, arm, w, settings.train.data,
                                                    lrs[w])
            for w in settings.widths for arm in settings.arms}
@@ -262,6 +280,9 @@ def grid_specs(settings: EvidenceSettings, quick: bool,
     for data in settings.secondary_data:
         for arm in settings.secondary_arms:
             out[(data, arm, w)] = arm_spec(settings, quick, arm, w, data, lrs[w])
+    w, data = settings.related_width, settings.train.data
+    for arm in settings.related_arms:
+        out[(data, arm, w)] = arm_spec(settings, quick, arm, w, data, lrs[w])
     return out
 
 

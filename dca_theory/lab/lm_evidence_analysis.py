@@ -22,6 +22,8 @@ PRIMARY = ("dca", "vanilla")
 #: counts as contradicted at this scale; why 0.25: the design document
 MARGIN_PER_DOUBLING = 0.25
 VANILLA_ARMS: tuple[str, ...] = ("vanilla", "vanilla_matched")
+#: what the related-work arms are compared with
+RELATED_BASES: tuple[str, ...] = ("vanilla", "dca")
 
 
 def _name(arm: str, base: str) -> str:
@@ -149,11 +151,27 @@ def equal_time(curves: dict[tuple[str, int], dict], arm: str, base: str) -> dict
     return out
 
 
+def related(records: dict[tuple[str, int], dict], arms) -> dict[str, dict]:
+    """The related-work arms against each of :data:`RELATED_BASES`: per arm and width, D
+    (``arm - base``) with its t-interval, Holm-adjusted over the related arms of that width
+    (one family per base and width: the question is which method, if any, differs)."""
+    out = {}
+    for base in RELATED_BASES:
+        family = {(arm, w): r for arm in arms
+                  for w, r in per_width_gaps(records, arm, base).items()}
+        for w in sorted({w for _, w in family}):
+            keys = [k for k in family if k[1] == w]
+            for k, p in zip(keys, st.holm([family[k]["p_value"] for k in keys])):
+                family[k]["p_holm"] = p
+        out[base] = {f"{arm}-w{w}": r for (arm, w), r in family.items()}
+    return out
+
+
 def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int], dict],
               n_params: dict[tuple[str, int], int], seeds, tokens_per_step: int,
-              primary: bool) -> dict:
+              primary: bool, related_arms=()) -> dict:
     """Every comparison of one dataset's grid; with ``primary`` the slope, the power law and
-    the decision too."""
+    the decision too, and the ``related_arms`` that ran (:func:`related`)."""
     comps = {}
     for arm, base in COMPARISONS:
         gaps = per_width_gaps(records, arm, base)
@@ -170,4 +188,7 @@ def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int]
         matched = comps.get(_name("dca", "vanilla_matched"), {}).get("test_D", {})
         out["decision"] = decision(main.get("slope"), matched)
         out["power_law"] = power_law(records, n_params)
+        ran = [arm for arm in related_arms if any(a == arm for a, _ in records)]
+        if ran:
+            out["related"] = related(records, ran)
     return out

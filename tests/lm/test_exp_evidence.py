@@ -15,7 +15,7 @@ from dca_theory.lm.params import non_embedding_count
 def test_full_grid_arms_widths_budget_and_matched_arm():
     s = E.EvidenceSettings.preset(False)
     specs = E.grid_specs(s, False, {w: 2e-3 for w in s.widths})
-    primary = {k: v for k, v in specs.items() if k[0] == "ptb-char"}
+    primary = {k: v for k, v in specs.items() if k[0] == "ptb-char" and k[1] in E.ARMS}
     assert len(primary) == 12 and len(s.seeds) >= 4
     for (_, arm, w), spec in primary.items():
         t = spec.train
@@ -29,6 +29,15 @@ def test_full_grid_arms_widths_budget_and_matched_arm():
         assert primary[("ptb-char", "dca", w)].model.grn_gate == "bias_inside"
         assert primary[("ptb-char", "dca_paper", w)].model.grn_gate == "paper"
     assert {k[0] for k in specs} == {"ptb-char", "python-stdlib", "python-stdlib-bpe"}
+    # the related-work arms: width 32 on the primary data, with width 32's rate and DCA's budget
+    related = {k: v for k, v in primary.items() if k[1] in E.RELATED_ARMS}
+    assert related == {}  # not counted among the 12 above: they come after the secondary grid
+    rel = {arm: specs[("ptb-char", arm, 32)] for arm in E.RELATED_ARMS}
+    for arm, spec in rel.items():
+        assert spec.model.residual == arm and spec.model.d_model == 32
+        assert spec.train == primary[("ptb-char", "dca", 32)].train
+        assert spec.seeds == primary[("ptb-char", "dca", 32)].seeds
+    assert list(specs)[-4:] == [("ptb-char", arm, 32) for arm in E.RELATED_ARMS]
 
 
 @pytest.mark.parametrize("item, message", [
@@ -39,6 +48,9 @@ def test_full_grid_arms_widths_budget_and_matched_arm():
     ("widths=8,15", "width 15 is not divisible by n_heads=2"),
     ("sweep_seeds=0,0", "sweep_seeds must be distinct integers >= 0, got 0,0"),
     ("lr_by_width=1e-3,0", "lr_by_width must be rates > 0, got 0.001,0.0"),
+    ("related_arms=attn_res,dca", "unknown related arm 'dca'; valid: attn_res, mhc, muddformer, "
+                                  "value_residual"),
+    ("related_width=32", "related_width 32 must be one of widths 8,16"),
 ])
 def test_bad_settings_are_one_line_errors(item, message, capsys):
     assert cli_main(["run", "lm_evidence", "--quick", "--set", item, "--show"]) == 2
@@ -76,6 +88,21 @@ def test_decision_rule_on_synthetic_records():
     assert all(g["p_holm"] >= g["p_value"] for g in gaps.values())
 
 
+def test_related_arms_are_holm_adjusted_over_the_arms_of_a_width():
+    rng = np.random.default_rng(1)
+    base = 3.0 + rng.normal(0, 0.01, 6)
+    shift = {"vanilla": 0.0, "dca": -2.0, "attn_res": -1.0, "mhc": -1.5, "muddformer": 0.0}
+    records = {(arm, 32): _record(np.exp(base + (d + rng.normal(0, 0.2, 6)) / 100))
+               for arm, d in shift.items()}
+    out = A.related(records, ["attn_res", "mhc", "muddformer"])
+    assert set(out) == {"vanilla", "dca"}
+    assert set(out["dca"]) == {"attn_res-w32", "mhc-w32", "muddformer-w32"}
+    assert out["dca"]["muddformer-w32"]["mean"] == pytest.approx(2.0, abs=0.3)
+    assert out["vanilla"]["mhc-w32"]["mean"] == pytest.approx(-1.5, abs=0.3)
+    p = {k: r["p_value"] for k, r in out["vanilla"].items()}
+    assert [out["vanilla"][k]["p_holm"] for k in p] == A.st.holm(list(p.values()))
+
+
 def test_trajectory_and_equal_time_on_synthetic_curves():
     records = {("vanilla", 16): _record([10.0, 10.0], [(1, 2.0), (2, 1.0)]),
                ("dca", 16): _record([9.0, 9.0], [(1, 2.0), (2, 1.0)])}
@@ -108,12 +135,13 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert all(len(r["valid_ppl"]) in (2, 3) for r in s["lr_sweep"].values())
     assert set(s["datasets"]) == {"ptb-char", "python-stdlib"}
     primary = s["datasets"]["ptb-char"]
-    assert len(primary["rows"]) == 8 and primary["decision"]["verdict"] in (
+    assert len(primary["rows"]) == 9 and primary["decision"]["verdict"] in (
         "supported", "contradicted at this scale", "inconclusive")
     d = primary["comparisons"]["dca-vanilla"]
     assert [len(g["per_seed"]) for g in d["test_D"].values()] == [2, 2]
     assert [p["tokens"] for p in d["trajectory"]["8"]] == [10 * 8 * 32, 20 * 8 * 32]
     assert primary["power_law"]["fit"] is None or primary["power_law"]["fit"]["n_points"] == 4
+    assert set(primary["related"]["dca"]) == {"attn_res-w16"}
     paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
 
@@ -139,7 +167,7 @@ def test_the_sweep_extends_past_the_grid_end_until_the_best_rate_is_interior(
 
     monkeypatch.setattr(E, "ensure_run", fake_run)
     cfg = E.EvidenceSettings.preset(False).replace(widths=(16,), secondary_width=16,
-                                                  lr_extend=extend)
+                                                  related_width=16, lr_extend=extend)
     lrs, missing = E.rates(cfg, False, tmp_path)
     assert not missing and list(lrs[16]["valid_ppl"]) == tried
     assert lrs[16]["lr"] == best and lrs[16]["at_grid_edge"] is edge
