@@ -43,7 +43,10 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "dca-paper-gate": ("dca", None, "fused"),
     "2-dca-paper-gate": ("dca", 2, "fused"),
     # The blocks in a lax.scan, trained in the stacked layout (dca_theory.lm.layer_stack):
-    # compile time flat in depth, a slower step (paper/06_performance.md §6.10).
+    # compile time flat in depth, a slower step (paper/06_performance.md §6.10). GRN-v3 (one
+    # GRN per block, Table 7's ablation) scans like full DCA.
+    "grn_v3": ("grn_v3", None, "fused"),
+    "grn_v3-scan": ("grn_v3", None, "fused"),
     "vanilla-scan": ("vanilla", None, "fused"),
     "dca-scan": ("dca", None, "fused"),
     "2-dca-scan": ("dca", 2, "fused"),
@@ -51,7 +54,7 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
 #: variants that run a GRN-v3 gate other than the default
 VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "paper"}
 #: variants whose blocks run in a lax.scan (``layer_loop="scan"``)
-SCAN_VARIANTS: tuple[str, ...] = ("vanilla-scan", "dca-scan", "2-dca-scan")
+SCAN_VARIANTS: tuple[str, ...] = ("vanilla-scan", "dca-scan", "2-dca-scan", "grn_v3-scan")
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
 # Today's comparison set beside DCA: Attention Residuals, mHC, MUDDFormer, ResFormer.
 # The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.

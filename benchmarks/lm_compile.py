@@ -24,6 +24,7 @@ Usage::
 
     python benchmarks/lm_compile.py --depths 12 24 48 --width 256 --layer-loop scan \
         --json benchmarks/results/lm_compile_w256_scan.json     # about 4 minutes
+    python benchmarks/lm_compile.py --depths 12 24 48 --layer-loop scan --variants vanilla grn_v3
     python benchmarks/lm_compile.py --quick          # tiny sizes, seconds (the test's dry run)
 
 Prints a table and the JSON record (``os.getloadavg()`` before and after). Runtime on the 2-core
@@ -56,6 +57,8 @@ from dca_theory.lab.steptime import train_step_setup  # noqa: E402
 from dca_theory.lm.config import LAYER_LOOPS  # noqa: E402
 
 COMPILE_VARIANTS = ("vanilla", "dca", "2-dca")
+#: --variants may also name the GRN kinds' representative (one GRN-v3 per block)
+EXTRA_VARIANTS = ("grn_v3",)
 TARGETS = {"variant_over_vanilla_depth24": 1.5, "total_s_depth24": 30.0,
            "deepest_over_shallowest": 1.3}
 QUICK = {"depths": [1, 2], "width": 64, "seq": 8, "batch": 1, "vocab": 64, "steps": 2,
@@ -70,7 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=8192, help="the project's BPE vocabulary size")
     p.add_argument("--variants", nargs="+", default=list(COMPILE_VARIANTS),
-                   choices=list(COMPILE_VARIANTS))
+                   choices=[*COMPILE_VARIANTS, *EXTRA_VARIANTS])
     p.add_argument("--layer-loop", nargs="+", default=list(LAYER_LOOPS), choices=LAYER_LOOPS,
                    dest="layer_loops")
     p.add_argument("--steps", type=int, default=5, help="warm steps timed at --step-depth")

@@ -65,8 +65,8 @@ _MODEL_FLAGS = [
      "ReLU(b + w.h), exact at init, w trains), 'paper' (b + ReLU(w.h) as printed; w stays 0), "
      "'open' (as paper, ReLU'(0)=1 so w trains) or 'small_init' (w ~ N(0, 0.01^2))"),
     ("--layer-loop", "layer_loop", str, "'unroll' (default: the fastest step) or 'scan' "
-     "(vanilla, dca: the blocks in one lax.scan, trained stacked; compile time flat in depth, "
-     "a slower step)"),
+     "(vanilla, grn_v1|v2|v3, dca: the blocks in one lax.scan, trained stacked; compile time "
+     "flat in depth, a slower step)"),
 ]
 
 

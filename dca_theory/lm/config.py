@@ -20,7 +20,7 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
 LAYER_LOOPS: tuple[str, ...] = ("unroll", "scan")
 #: residual kinds whose trunk has a ``lax.scan`` over its blocks (``layer_loop="scan"``)
-SCAN_RESIDUALS: tuple[str, ...] = ("vanilla", "dca")
+SCAN_RESIDUALS: tuple[str, ...] = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,9 @@ class ModelConfig:
         if self.layer_loop == "scan" and self.residual not in SCAN_RESIDUALS:
             raise ValueError(f"layer_loop='scan' is implemented for residual in "
                              f"{', '.join(SCAN_RESIDUALS)}, got residual={self.residual!r}")
+        if self.layer_loop == "scan" and self.grn_window is not None:
+            raise ValueError(f"layer_loop='scan' needs the whole stack, got "
+                             f"grn_window={self.grn_window}; use layer_loop='unroll'")
         self._check_grn_window()
 
     def _check_grn_window(self) -> None:

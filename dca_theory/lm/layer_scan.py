@@ -16,6 +16,9 @@ keeps the program's size independent of the depth.
 keys are ``split_or_none(key, n_layers)``, one per block, as there):
 
 * ``vanilla``: every block; the carry is the residual stream ``h``.
+* the GRN kinds (``grn_v1|v2|v3``, whole stack; ``grn_window`` is refused): as full DCA below,
+  block t's GRN reading the buffer's first slots (its ``b`` zero-padded) and its branch
+  writing slot ``t + 1``; the final GRN reads the whole buffer.
 * full DCA (``k is None`` or ``k + 1 >= n_layers``, where k-DCA is full DCA): the stack grows,
   so it lives in a preallocated ``(n_layers + 1)``-slot buffer whose slot ``t + 1`` block t
   writes in place (``lax.dynamic_update_index_in_dim``). Slots not yet written hold zeros, and a
@@ -223,6 +226,34 @@ def write_once_scan(step: Callable, buffer: Array, group, extras) -> Array:
 
     run.defvjp(run_fwd, run_bwd)
     return run(arrays, buffer, extras)
+
+
+def grn_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,
+             key: PRNGKeyArray | None, groups: int | None = None) -> Float[Array, "L D"]:
+    """The GRN kinds' trunk (one GRN per block over the whole stack, then a final GRN) through
+    the ``(n_layers + 1)``-slot buffer, one scan per group of blocks as for full DCA: block t's
+    GRN reads the buffer's first slots (its ``b`` zero-padded), its branch writes slot
+    ``t + 1``."""
+    groups = DCA_SCAN_GROUPS if groups is None else groups
+    n = trunk.cfg.n_layers
+    buffer = jnp.zeros((n + 1, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)
+    keys = block_keys_array(key, n)
+    grns = trunk.grns[0] if isinstance(trunk.grns[0], BlockStack) else trunk.grns[:-1]
+    for start, stop in group_bounds(n, groups):
+        size = stop
+
+        def step(pair, buffer, extra, size=size):
+            (block, grn), (t, k_t) = pair, extra
+            in_LxD = padded_block(grn, size)(buffer[:size])
+            f_LxD = block.branch(in_LxD, causal=causal, key=k_t)
+            return jax.lax.dynamic_update_index_in_dim(buffer, f_LxD, t + 1, axis=0)
+
+        blocks_ = block_group(trunk.blocks, start, stop)
+        grns_ = block_group(grns, start, stop, size)
+        group = ((blocks_[0], grns_[0]), (blocks_[1], grns_[1]), None)
+        extras = (jnp.arange(start, stop), None if keys is None else keys[start:stop])
+        buffer = write_once_scan(step, buffer, group, extras)
+    return trunk.grns[-1](buffer)
 
 
 def full_dca_scan(trunk, x_LxD: Float[Array, "L D"], *, causal: bool,

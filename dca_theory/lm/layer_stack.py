@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from dca_theory.lm.blocks import DCABlock
-from dca_theory.residual import GRNv3, stack_size
+from dca_theory.residual import AbstractGRN, stack_size
 
 
 class BlockStack(eqx.Module):
@@ -96,48 +96,55 @@ def scan_slots(cfg, t: int) -> tuple[int, ...]:
 
 
 def grn_size(block: eqx.Module) -> int | None:
-    """The number of stack entries a DCA block's GRNs read (``None`` for other blocks)."""
+    """The number of stack entries a DCA block's GRNs (or a GRN, stacked as a block of the GRN
+    kinds' trunk) read; ``None`` for other blocks."""
+    if isinstance(block, AbstractGRN):
+        return block.size
     return block.grn_q.size if isinstance(block, DCABlock) else None
 
 
-def _with_grns(block: DCABlock, fn) -> DCABlock:
+def _with_grns(block: DCABlock | AbstractGRN, fn) -> DCABlock | AbstractGRN:
+    if isinstance(block, AbstractGRN):
+        return fn(block)
     return eqx.tree_at(lambda blk: (blk.grn_q, blk.grn_k, blk.grn_v), block,
                        (fn(block.grn_q), fn(block.grn_k), fn(block.grn_v)))
 
 
-def _grn(grn: GRNv3, b) -> GRNv3:
-    return GRNv3(b=b, w=grn.w, size=b.shape[0], dim=grn.dim, gate=grn.gate)
+def _grn(grn: AbstractGRN, b) -> AbstractGRN:
+    return type(grn)(b=b, w=grn.w, size=b.shape[0], dim=grn.dim, gate=grn.gate)
 
 
 def placed_block(block: DCABlock | eqx.Module, slots: tuple[int, ...] | None,
                  width: int) -> eqx.Module:
-    """``block`` with its GRN-v3 reading ``width`` entries, its own ``b`` rows placed at
+    """``block`` (a DCA block or a GRN) reading ``width`` entries, its own ``b`` rows placed at
     ``slots`` and zeros elsewhere (entries whose coefficient is then 0; see
     :mod:`dca_theory.lm.layer_scan`). Blocks without GRNs (``slots`` None) are returned."""
     if slots is None:
         return block
     if slots == tuple(range(len(slots))):
         return padded_block(block, width)
-    return _with_grns(block, lambda g: _grn(g, jnp.zeros((width, g.dim), g.b.dtype)
+    return _with_grns(block, lambda g: _grn(g, jnp.zeros((width, *g.b.shape[1:]), g.b.dtype)
                                             .at[jnp.asarray(slots)].set(g.b)))
 
 
-def picked_block(block: DCABlock, slots: tuple[int, ...]) -> DCABlock:
+def picked_block(block: DCABlock | AbstractGRN,
+                 slots: tuple[int, ...]) -> DCABlock | AbstractGRN:
     """The inverse of :func:`placed_block`: the GRNs' ``b`` rows at ``slots``, in order."""
     if slots == tuple(range(len(slots))):
         return padded_block(block, len(slots))
     return _with_grns(block, lambda g: _grn(g, g.b[jnp.asarray(slots)]))
 
 
-def padded_block(block: DCABlock, size: int) -> DCABlock:
-    """``block`` with its three GRN-v3 reading ``size`` entries: ``b`` zero-padded or cut at the
-    end (extra entries get the coefficient 0 on zero slots; see :mod:`dca_theory.lm.layer_scan`).
+def padded_block(block: DCABlock | AbstractGRN, size: int) -> DCABlock | AbstractGRN:
+    """``block`` (a DCA block, whose three GRN-v3 change, or a GRN) reading ``size`` entries:
+    ``b`` zero-padded or cut at the end (extra entries get the coefficient 0 on zero slots; see
+    :mod:`dca_theory.lm.layer_scan`).
     """
-    def resize(grn: GRNv3) -> GRNv3:
+    def resize(grn: AbstractGRN) -> AbstractGRN:
         if size == grn.size:
             return grn
-        return _grn(grn, grn.b[:size] if size < grn.size
-                    else jnp.pad(grn.b, ((0, size - grn.size), (0, 0))))
+        pad = ((0, size - grn.size),) + ((0, 0),) * (grn.b.ndim - 1)
+        return _grn(grn, grn.b[:size] if size < grn.size else jnp.pad(grn.b, pad))
 
     return _with_grns(block, resize)
 
@@ -147,10 +154,19 @@ def block_list(blocks) -> tuple[eqx.Module, ...]:
     return blocks.unstack() if isinstance(blocks, BlockStack) else tuple(blocks)
 
 
+def grn_list(grns) -> tuple[eqx.Module, ...]:
+    """The GRN kinds' combiners (one per block, then the final one) one module each, whichever
+    layout they are stored in."""
+    if isinstance(grns[0], BlockStack):
+        return (*grns[0].unstack(), grns[-1])
+    return tuple(grns)
+
+
 def to_training_layout(model: eqx.Module) -> eqx.Module:
-    """``model`` with its trunk's blocks as one :class:`BlockStack` if its
-    ``cfg.layer_loop`` is ``"scan"``; otherwise (other models, such as the training tests'
-    stand-ins, included) ``model`` itself."""
+    """``model`` with its trunk's blocks as one :class:`BlockStack` (and, for the GRN kinds, the
+    per-block GRNs as another, the final GRN kept apart) if its ``cfg.layer_loop`` is
+    ``"scan"``; otherwise (other models, such as the training tests' stand-ins, included)
+    ``model`` itself."""
     trunk = getattr(model, "trunk", None)
     blocks = getattr(trunk, "blocks", None)
     if blocks is None or trunk.cfg.layer_loop != "scan" or isinstance(blocks, BlockStack):
@@ -158,12 +174,22 @@ def to_training_layout(model: eqx.Module) -> eqx.Module:
     slots = None
     if isinstance(trunk.blocks[0], DCABlock):
         slots = [scan_slots(trunk.cfg, t) for t in range(len(trunk.blocks))]
-    return eqx.tree_at(lambda m: m.trunk.blocks, model, BlockStack.stack(trunk.blocks, slots))
+    model = eqx.tree_at(lambda m: m.trunk.blocks, model, BlockStack.stack(trunk.blocks, slots))
+    grns = getattr(trunk, "grns", None)
+    if grns is not None:
+        model = eqx.tree_at(lambda m: m.trunk.grns, model,
+                            (BlockStack.stack(grns[:-1]), grns[-1]))
+    return model
 
 
 def to_saved_layout(model: eqx.Module) -> eqx.Module:
     """``model`` with its trunk's blocks one module each (the inverse of
     :func:`to_training_layout`; exact)."""
-    if not isinstance(getattr(getattr(model, "trunk", None), "blocks", None), BlockStack):
+    trunk = getattr(model, "trunk", None)
+    if not isinstance(getattr(trunk, "blocks", None), BlockStack):
         return model
-    return eqx.tree_at(lambda m: m.trunk.blocks, model, model.trunk.blocks.unstack())
+    model = eqx.tree_at(lambda m: m.trunk.blocks, model, trunk.blocks.unstack())
+    grns = getattr(trunk, "grns", None)
+    if grns is not None and isinstance(grns[0], BlockStack):
+        model = eqx.tree_at(lambda m: m.trunk.grns, model, (*grns[0].unstack(), grns[-1]))
+    return model

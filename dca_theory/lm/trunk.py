@@ -28,7 +28,8 @@ Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (pape
   :mod:`dca_theory.lm.baselines`.
 
 ``cfg.layer_loop`` chooses how the blocks run: one traced copy each (``"unroll"``) or one
-``lax.scan`` (``"scan"``, vanilla and DCA; :mod:`dca_theory.lm.layer_scan`), same function.
+``lax.scan`` (``"scan"``: vanilla, the GRN kinds without a window and DCA;
+:mod:`dca_theory.lm.layer_scan`), same function.
 In training, a scanned trunk stores its blocks as one stacked module
 (:mod:`dca_theory.lm.layer_stack`); every other reader sees one module per block.
 The per-layer states (``collect``) always come from the unrolled loop.
@@ -59,7 +60,7 @@ from dca_theory.lm import layer_scan
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_stack, middle_add
-from dca_theory.lm.layer_stack import BlockStack, block_list
+from dca_theory.lm.layer_stack import BlockStack, block_list, grn_list
 from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
 
 States = dict[str, Array]
@@ -105,7 +106,9 @@ class ResidualTrunk(AbstractTrunk):
 
     cfg: ModelConfig = eqx.field(static=True)
     blocks: tuple[PreLNBlock, ...] | BlockStack  # BlockStack: the training layout of scan
-    grns: tuple[AbstractCombiner, ...] | None  # one per block, then the final one (GRN kinds)
+    # one per block, then the final one (GRN kinds); in the training layout of scan, a
+    # BlockStack of the per-block ones, then the final one
+    grns: tuple[AbstractCombiner | BlockStack, ...] | None
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> ResidualTrunk:
@@ -137,7 +140,9 @@ class ResidualTrunk(AbstractTrunk):
 
     def run(self, x_LxD, *, causal, key, collect):
         if self.cfg.layer_loop == "scan" and not collect:
-            return layer_scan.vanilla_scan(self.blocks, x_LxD, causal=causal, key=key), {}
+            if self.grns is None:
+                return layer_scan.vanilla_scan(self.blocks, x_LxD, causal=causal, key=key), {}
+            return layer_scan.grn_scan(self, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
         blocks = block_list(self.blocks)
         keys = split_or_none(key, len(blocks))
@@ -152,7 +157,8 @@ class ResidualTrunk(AbstractTrunk):
                     states[f"stream_{t}"] = h_LxD
         else:
             stack = ResidualStack.start(x_LxD)
-            for t, (blk, grn, k) in enumerate(zip(blocks, self.grns, keys)):
+            grns = grn_list(self.grns)
+            for t, (blk, grn, k) in enumerate(zip(blocks, grns, keys)):
                 if collect:
                     states[f"stack_{t}"] = jnp.stack(self._window(stack))
                 in_LxD, stack = self._combine(grn, stack)
@@ -161,7 +167,7 @@ class ResidualTrunk(AbstractTrunk):
                 if collect:
                     states |= {f"block_{t}_in": in_LxD, f"block_{t}_out": f_LxD,
                                f"stream_{t}": stack.total()}
-            h_LxD, _ = self._combine(self.grns[-1], stack)
+            h_LxD, _ = self._combine(grns[-1], stack)
         if collect:
             states["final"] = h_LxD
         return h_LxD, states

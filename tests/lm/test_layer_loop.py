@@ -54,7 +54,7 @@ def _logits_and_grad(model, toks):
 # k-DCA with k >= depth - 1 (the full stack: the buffer path) and k + 1 < depth (the unrolled
 # head, then the fixed-size scan); both GRN paths. Each case compiles two float64 models with
 # their gradients (up to a minute each on the loaded 2-core CPU), so most are marked slow.
-FAST_CASES = [{"residual": "dca", "n_layers": 3}]
+FAST_CASES = [{"residual": "dca", "n_layers": 3}, {"residual": "grn_v3", "n_layers": 3}]
 SLOW_CASES = [
     {"residual": "dca", "k": 1, "n_layers": 3},
     {"residual": "vanilla", "n_layers": 3}, {"residual": "vanilla", "n_layers": 1},
@@ -65,6 +65,8 @@ SLOW_CASES = [
     {"residual": "dca", "k": 2, "n_layers": 5}, {"residual": "dca", "k": 0, "n_layers": 3},
     {"residual": "dca", "n_layers": 5, "grn_impl": "reference"},
     {"residual": "dca", "k": 1, "n_layers": 3, "grn_impl": "reference"},
+    {"residual": "grn_v1", "n_layers": 3}, {"residual": "grn_v2", "n_layers": 5},
+    {"residual": "grn_v3", "n_layers": 1},
 ]
 CASES = FAST_CASES + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CASES]
 
@@ -143,8 +145,12 @@ def test_bad_layer_loop_is_refused():
 
 def test_scan_for_other_residual_kinds_is_refused():
     with pytest.raises(ValueError, match=r"^layer_loop='scan' is implemented for residual in "
-                                         r"vanilla, dca, got residual='grn_v3'$"):
-        SMALL.replace(residual="grn_v3", layer_loop="scan")
+                                         r"vanilla, grn_v1, grn_v2, grn_v3, dca, got "
+                                         r"residual='denseformer'$"):
+        SMALL.replace(residual="denseformer", layer_loop="scan")
+    with pytest.raises(ValueError, match=r"^layer_loop='scan' needs the whole stack, got "
+                                         r"grn_window=2; use layer_loop='unroll'$"):
+        SMALL.replace(residual="grn_v2", grn_window=2, layer_loop="scan")
 
 
 def test_default_layer_loop_keeps_run_cache_keys():

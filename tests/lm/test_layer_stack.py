@@ -31,7 +31,7 @@ from dca_theory.lm.train_config import LMTrainConfig
 
 SMALL = F64.replace(d_model=16, n_heads=2, d_mlp=32, max_len=8, layer_loop="scan")
 KINDS = [{"residual": "vanilla", "n_layers": 3}, {"residual": "dca", "n_layers": 3},
-         {"residual": "dca", "k": 1, "n_layers": 4}]
+         {"residual": "dca", "k": 1, "n_layers": 4}, {"residual": "grn_v2", "n_layers": 3}]
 
 
 def _ids(c):
@@ -52,9 +52,10 @@ def _logits_and_grad(model, toks):
     return model(toks, inference=True), eqx.filter_grad(_loss)(model, toks)
 
 
-def _padding_mask(blocks: BlockStack) -> np.ndarray:
+def _padding_mask(blocks: BlockStack, field: str = "grn_q") -> np.ndarray:
     """True where a stacked GRN ``b`` entry is padding (none of its block's own entries)."""
-    mask = np.ones(blocks.stacked.grn_q.b.shape[:2], bool)
+    b = blocks.stacked.b if field == "b" else getattr(blocks.stacked, field).b
+    mask = np.ones(b.shape[:2], bool)
     for t, slots in enumerate(blocks.slots):
         mask[t, list(slots)] = False
     return mask
@@ -88,6 +89,9 @@ def test_training_layout_equals_unrolled_trunk(changes, getkey):
         jax.tree.leaves(model))
     toks = tokens(3, length=SMALL.max_len) % SMALL.vocab_size
     logits, grads = _logits_and_grad(to_training_layout(model), toks)
+    if changes["residual"] == "grn_v2":
+        stacked = grads.trunk.grns[0]
+        assert np.all(np.asarray(stacked.stacked.b)[_padding_mask(stacked, "b")] == 0.0)
     if changes["residual"] == "dca":
         pad = _padding_mask(grads.trunk.blocks)
         for grn in ("grn_q", "grn_k", "grn_v"):
@@ -161,7 +165,8 @@ def _train_step_equations(cfg, stacked: bool) -> int:
 
 @pytest.mark.parametrize("changes", [
     {"residual": "dca"}, pytest.param({"residual": "vanilla"}, marks=pytest.mark.slow),
-    pytest.param({"residual": "dca", "k": 2}, marks=pytest.mark.slow)], ids=_ids)
+    pytest.param({"residual": "dca", "k": 2}, marks=pytest.mark.slow),
+    pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow)], ids=_ids)
 def test_train_step_program_does_not_grow_with_depth(changes):
     cfg = SMALL.replace(param_dtype="float32", compute_dtype="float32", **changes)
     stacked = [_train_step_equations(cfg.replace(n_layers=d), True) for d in (4, 8)]
