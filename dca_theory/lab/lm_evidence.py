@@ -73,6 +73,12 @@ def _positive(name: str, values) -> None:
                          f"{','.join(map(str, values)) or 'none'}")
 
 
+def _members(what: str, values, valid) -> None:
+    for v in values:
+        if v not in valid:
+            raise ValueError(f"unknown {what} {v!r}; valid: {', '.join(valid)}")
+
+
 @dataclass(frozen=True)
 class EvidenceSettings(LMGridSettings):
     """The evidence grid: ``arms`` at each of ``widths`` (``depth`` pre-LN layers, ``n_heads``
@@ -114,16 +120,10 @@ class EvidenceSettings(LMGridSettings):
         for w in (*self.widths, self.secondary_width):
             if w % self.n_heads:
                 raise ValueError(f"width {w} is not divisible by n_heads={self.n_heads}")
-        for arm in (*self.arms, *self.secondary_arms):
-            if arm not in ARMS:
-                raise ValueError(f"unknown arm {arm!r}; valid: {', '.join(ARMS)}")
-        for arm in self.related_arms:
-            if arm not in RELATED_ARMS:
-                raise ValueError(f"unknown related arm {arm!r}; valid: "
-                                 f"{', '.join(RELATED_ARMS)}")
-        if self.related_arms and self.related_width not in self.widths:
-            raise ValueError(f"related_width {self.related_width} must be one of widths "
-                             f"{','.join(map(str, self.widths))} (it takes that width's rate)")
+        _members("arm", (*self.arms, *self.secondary_arms), ARMS)
+        _members("related arm", self.related_arms, RELATED_ARMS)
+        if self.related_arms:
+            self._width_with_rate("related_width", self.related_width)
         for needed in ("vanilla", "dca"):
             if needed not in self.arms:
                 raise ValueError(f"arms must include {needed} (D is measured against it), got "
@@ -134,12 +134,13 @@ class EvidenceSettings(LMGridSettings):
         if any(not lr > 0 for lr in self.lr_by_width):
             raise ValueError(f"lr_by_width must be rates > 0, got "
                              f"{','.join(map(str, self.lr_by_width))}")
-        for data in self.secondary_data:
-            if data not in SECONDARY_DATA:
-                raise ValueError(f"unknown secondary dataset {data!r}; valid: "
-                                 f"{', '.join(SECONDARY_DATA)}")
-        if self.secondary_data and self.secondary_width not in self.widths:
-            raise ValueError(f"secondary_width {self.secondary_width} must be one of widths "
+        _members("secondary dataset", self.secondary_data, SECONDARY_DATA)
+        if self.secondary_data:
+            self._width_with_rate("secondary_width", self.secondary_width)
+
+    def _width_with_rate(self, name: str, width: int) -> None:
+        if width not in self.widths:
+            raise ValueError(f"{name} {width} must be one of widths "
                              f"{','.join(map(str, self.widths))} (it takes that width's rate)")
 
     @classmethod
