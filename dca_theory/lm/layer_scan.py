@@ -92,9 +92,13 @@ def block_group(blocks, start: int, stop: int, size: int | None = None, *,
         chosen = [placed_block(b, s, width) for b, s in zip(chosen, slots)]
     elif size is not None:
         chosen = [padded_block(b, size) for b in chosen]
-    arrays = [eqx.filter(m, eqx.is_array) for m in chosen]
-    static = eqx.filter(chosen[0], eqx.is_array, inverse=True)
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static, None
+    return (*BlockStack.stack(chosen).group(0, len(chosen)), None)
+
+
+def _block(block_arrays, static, size: int | None):
+    """One iteration's block: its arrays with the group's static part, GRNs cut to ``size``."""
+    block = eqx.combine(block_arrays, static)
+    return block if size is None else padded_block(block, size)
 
 
 def scan_blocks(step: Callable, carry, group, extras=None):
@@ -105,10 +109,7 @@ def scan_blocks(step: Callable, carry, group, extras=None):
 
     def body(carry, xs):
         block_arrays, extra = xs
-        block = eqx.combine(block_arrays, static)
-        if size is not None:
-            block = padded_block(block, size)
-        return step(block, carry, extra), None
+        return step(_block(block_arrays, static, size), carry, extra), None
 
     carry, _ = jax.lax.scan(body, carry, (arrays, extras))
     return carry
@@ -195,8 +196,7 @@ def write_once_scan(step: Callable, buffer: Array, group, extras) -> Array:
     arrays, static, size = group
 
     def apply(block_arrays, buf, extra):
-        block = eqx.combine(block_arrays, static)
-        return step(block if size is None else padded_block(block, size), buf, extra)
+        return step(_block(block_arrays, static, size), buf, extra)
 
     def forward(arrays, buf, extras):
         return jax.lax.scan(lambda b, xs: (apply(xs[0], b, xs[1]), None), buf,
