@@ -101,7 +101,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                 "rows": e["rows"],
                 **summarise(e["records"], e["curves"], e["n_params"], cfg.seeds,
                             tokens_per_step, primary=data == cfg.train.data,
-                            related_arms=cfg.related_arms)}
+                            related_arms=cfg.related_arms, widths=cfg.widths)}
     summary |= {"primary_data": cfg.train.data, "missing_runs": missing,
                 "diverged_runs": diverged,
                 "complete": not missing, **summary_entry(overrides)}

@@ -58,11 +58,26 @@ def slope(gaps: dict[str, dict], seeds) -> dict | None:
     return st.seed_clustered_slope(x, y, s)
 
 
-def decision(primary_slope: dict | None, matched: dict[str, dict]) -> dict:
+def decision(primary_slope: dict | None, matched: dict[str, dict],
+             widths=None, primary_gaps: dict[str, dict] | None = None) -> dict:
     """The pre-registered rule: *supported* if the slope's 95 % CI lies above 0 (the gain
     shrinks with width, the paper's direction) and DCA beats the parameter-matched vanilla at
     the two smallest widths (95 % CI of D below 0 at each); *contradicted at this scale* if
-    the CI's upper bound lies below the margin; otherwise *inconclusive*."""
+    the CI's upper bound lies below the margin; otherwise *inconclusive*.
+
+    With ``widths`` (the pre-registered ones) the rule waits for all of them: while a width
+    lacks the primary or the matched comparison the verdict is *pending* and the slope so far
+    is reported as interim, because a slope over fewer widths is not the registered statistic
+    (two widths give a line through two means, with no check of its shape)."""
+    if widths is not None:
+        have = set(primary_gaps or {}) & set(matched)
+        missing = [int(w) for w in widths if str(w) not in have]
+        if missing:
+            interim = None if primary_slope is None else {
+                "slope": primary_slope["slope"], "ci": list(primary_slope["ci"]),
+                "widths": sorted(int(w) for w in (primary_gaps or {}))}
+            return {"verdict": "pending", "missing_widths": missing,
+                    "interim_slope": interim, "margin_per_doubling": MARGIN_PER_DOUBLING}
     if primary_slope is None:
         return {"verdict": "not computed", "reason": "fewer than 2 widths"}
     lo, hi = primary_slope["ci"]
@@ -169,9 +184,10 @@ def related(records: dict[tuple[str, int], dict], arms) -> dict[str, dict]:
 
 def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int], dict],
               n_params: dict[tuple[str, int], int], seeds, tokens_per_step: int,
-              primary: bool, related_arms=()) -> dict:
+              primary: bool, related_arms=(), widths=None) -> dict:
     """Every comparison of one dataset's grid; with ``primary`` the slope, the power law and
-    the decision too, and the ``related_arms`` that ran (:func:`related`)."""
+    the decision too (pending until every one of ``widths`` has run), and the
+    ``related_arms`` that ran (:func:`related`)."""
     comps = {}
     for arm, base in COMPARISONS:
         gaps = per_width_gaps(records, arm, base)
@@ -186,7 +202,7 @@ def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int]
     if primary:
         main = comps.get(_name(*PRIMARY), {})
         matched = comps.get(_name("dca", "vanilla_matched"), {}).get("test_D", {})
-        out["decision"] = decision(main.get("slope"), matched)
+        out["decision"] = decision(main.get("slope"), matched, widths, main.get("test_D"))
         out["power_law"] = power_law(records, n_params)
         ran = [arm for arm in related_arms if any(a == arm for a, _ in records)]
         if ran:

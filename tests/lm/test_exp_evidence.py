@@ -86,6 +86,28 @@ def test_decision_rule_on_synthetic_records():
     assert A.decision({"slope": 0.3, "ci": [-0.1, 0.7]}, matched)["verdict"] == "inconclusive"
     # Holm over the three widths never lowers a p-value
     assert all(g["p_holm"] >= g["p_value"] for g in gaps.values())
+    # with every registered width present the rule decides as without the check
+    assert A.decision(slope, matched, (16, 32, 64), gaps)["verdict"] == "supported"
+
+
+def test_the_decision_waits_for_every_registered_width():
+    # widths 16 and 32 trained, 64 not: a clear two-width slope is interim, never a verdict
+    records = {}
+    for i, w in enumerate((16, 32)):
+        base = np.full(6, 3.0) + np.arange(6) * 0.01
+        records[("vanilla", w)] = _record(np.exp(base))
+        records[("dca", w)] = _record(np.exp(base + (-3 + 2 * i) / 100))
+        records[("vanilla_matched", w)] = _record(np.exp(base + (-2 + 2 * i) / 100))
+    gaps = A.per_width_gaps(records, "dca", "vanilla")
+    slope = A.slope(gaps, range(6))
+    matched = A.per_width_gaps(records, "dca", "vanilla_matched")
+    d = A.decision(slope, matched, (16, 32, 64), gaps)
+    assert d["verdict"] == "pending" and d["missing_widths"] == [64]
+    assert d["interim_slope"]["widths"] == [16, 32]
+    assert d["interim_slope"]["slope"] == pytest.approx(2.0, abs=1e-6)
+    # the matched arm missing at a width also keeps the rule waiting
+    del matched["32"]
+    assert A.decision(slope, matched, (16, 32), gaps)["missing_widths"] == [32]
 
 
 def test_related_arms_are_holm_adjusted_over_the_arms_of_a_width():
