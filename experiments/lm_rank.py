@@ -42,22 +42,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
-from scipy import stats
-
 from dca_theory.io import RunDir
 from dca_theory.lab.branch_rank import SUBLAYERS, branch_rank_profile
 from dca_theory.lab.lm_grid import width_specs
-from dca_theory.lab.lm_runs import cached_corpus, ensure_run, load_models, ppl
+from dca_theory.lab.lm_runs import cached_corpus, ensure_run, load_models
 from dca_theory.lab.lm_settings import WidthSettings, experiment_settings, run_cache, run_config
-from dca_theory.lab.statistics import log_ppl_gap, seed_clustered_slope
+from dca_theory.lab.rank_gain import PRIMARY_MEASURE, analyse, cells
 from dca_theory.overrides import run_dir, summary_entry
 
 NAME = "lm_rank"
-KINDS: tuple[str, ...] = ("vanilla", "dca")
 FULL_SEEDS: tuple[int, ...] = (0, 1)
-#: the rank fraction the primary statistic sets against D
-PRIMARY_MEASURE = "update_eff_rank_frac"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,69 +75,6 @@ class RankSettings(WidthSettings):
 def settings(quick: bool = False, overrides=()) -> RankSettings:
     """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
     return experiment_settings(RankSettings, quick, overrides, width_specs)
-
-
-def _layer_mean(layers: list[dict], key: str) -> float:
-    return float(np.mean([layer[key] for layer in layers]))
-
-
-def cells(records: dict, profiles: dict) -> list[dict]:
-    """One row per (seed, width): D and both models' layer-mean rank fractions."""
-    rows = []
-    for w in sorted({w for _, w in records}):
-        van, dca = records[("vanilla", w)], records[("dca", w)]
-        gaps = log_ppl_gap(ppl(van), ppl(dca))
-        for i, seed in enumerate(van["seeds"]):
-            row = {"width": w, "seed": seed, "D": float(gaps[i])}
-            for kind in KINDS:
-                for part in SUBLAYERS:
-                    key = f"{part}_eff_rank_frac"
-                    row[f"{kind}_{key}"] = _layer_mean(profiles[(kind, w)][i], key)
-            rows.append(row)
-    return rows
-
-
-def correlation(x, y, level: float = 0.95) -> dict:
-    """Pearson r with a Fisher-z interval (needs >= 4 points), and Spearman's rho."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    r = float(stats.pearsonr(x, y).statistic)
-    out = {"pearson_r": r, "n": int(x.size), "spearman_rho":
-           float(stats.spearmanr(x, y).statistic), "ci": None, "verdict": "inconclusive"}
-    if x.size >= 4 and abs(r) < 1:
-        half = stats.norm.ppf(0.5 + level / 2) / np.sqrt(x.size - 3)
-        lo, hi = np.tanh(np.arctanh(r) - half), np.tanh(np.arctanh(r) + half)
-        out["ci"] = [float(lo), float(hi)]
-        out["verdict"] = "tracks" if lo > 0 else "contradicts" if hi < 0 else "inconclusive"
-    if x.size >= 4:  # how much one point carries: r with each point left out in turn
-        keep = ~np.eye(x.size, dtype=bool)
-        loo = [float(stats.pearsonr(x[k], y[k]).statistic) for k in keep]
-        out["leave_one_out_r"] = {"min": float(np.nanmin(loo)), "max": float(np.nanmax(loo)),
-                                 "all": loo}
-    return out
-
-
-def analyse(rows: list[dict]) -> dict:
-    """The pre-stated statistic and the descriptive slopes and differences (module doc)."""
-    x = [np.log2(r["width"]) for r in rows]
-    seeds = [r["seed"] for r in rows]
-    out: dict = {"primary": {"measure": f"vanilla_{PRIMARY_MEASURE}",
-                             **correlation([r[f"vanilla_{PRIMARY_MEASURE}"] for r in rows],
-                                           [r["D"] for r in rows])}}
-    slopes = {"D": [r["D"] for r in rows]}
-    for kind in KINDS:
-        for part in SUBLAYERS:
-            slopes[f"{kind}_{part}_eff_rank_frac"] = [r[f"{kind}_{part}_eff_rank_frac"]
-                                                      for r in rows]
-    out["slope_vs_log2_width"] = {}
-    for name, y in slopes.items():
-        try:
-            out["slope_vs_log2_width"][name] = seed_clustered_slope(x, y, seeds)
-        except ValueError:  # one seed or one width: no slope interval
-            out["slope_vs_log2_width"][name] = None
-    out["dca_minus_vanilla_frac"] = {
-        part: float(np.mean([r[f"dca_{part}_eff_rank_frac"] - r[f"vanilla_{part}_eff_rank_frac"]
-                             for r in rows])) for part in SUBLAYERS}
-    return out
 
 
 def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:

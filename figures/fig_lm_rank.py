@@ -71,8 +71,9 @@ def _panel_gain(ax, summary, rows):
     ax.legend(fontsize=5.5, markerscale=0.8)
 
 
-def make(out_dir: Path, results_dir: Path) -> list[Path]:
-    summary = saved_summary(results_dir, "lm_rank")
+def draw(summary: dict | None, out_dir: Path, name: str) -> list[Path]:
+    """The three panels of ``summary`` (an ``lm_rank``-shaped summary) saved as ``name``; []
+    without cells."""
     if summary is None or not summary.get("cells"):
         return []
     rows = rows_of(summary)
@@ -80,6 +81,10 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     _panel_sublayers(axes[0], rows)
     _panel_layers(axes[1], summary)
     _panel_gain(axes[2], summary, rows)
-    return save(fig, out_dir, NAME, rows=rows,
+    return save(fig, out_dir, name, rows=rows,
                 data={"primary": summary["primary"],
                       "slope_vs_log2_width": summary["slope_vs_log2_width"]})
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    return draw(saved_summary(results_dir, "lm_rank"), out_dir, NAME)

@@ -1,24 +1,25 @@
-"""lm_rank: the pre-stated correlation and the quick mode with its figure (the Jacobians
-themselves: tests/lm/test_branch_rank.py)."""
+"""lm_rank: the pre-stated correlation (dca_theory.lab.rank_gain) and the quick mode with its
+figure (the Jacobians themselves: tests/lm/test_branch_rank.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from dca_theory.lab import rank_gain as G
 from experiments import lm_rank as E
 
 
 def test_correlation_verdicts_follow_the_fisher_interval():
     x = np.arange(8.0)
-    up = E.correlation(x, x + 0.01 * np.sin(x))
+    up = G.correlation(x, x + 0.01 * np.sin(x))
     assert up["pearson_r"] > 0.99 and up["ci"][0] > 0 and up["verdict"] == "tracks"
-    down = E.correlation(x, -x + 0.01 * np.cos(x))
+    down = G.correlation(x, -x + 0.01 * np.cos(x))
     assert down["ci"][1] < 0 and down["verdict"] == "contradicts"
-    flat = E.correlation(x[:4], np.array([1.0, -1.0, -1.0, 1.0]))
+    flat = G.correlation(x[:4], np.array([1.0, -1.0, -1.0, 1.0]))
     assert flat["ci"][0] < 0 < flat["ci"][1] and flat["verdict"] == "inconclusive"
     # Fisher z: r = 0 at n = 7 gives tanh(±1.96 / 2)
-    r0 = E.correlation(np.arange(7.0), np.array([0.0, 1, -1, 0, -1, 1, 0]))
+    r0 = G.correlation(np.arange(7.0), np.array([0.0, 1, -1, 0, -1, 1, 0]))
     assert r0["pearson_r"] == pytest.approx(0.0, abs=1e-12)
     np.testing.assert_allclose(r0["ci"], [-np.tanh(1.959964 / 2), np.tanh(1.959964 / 2)],
                                rtol=1e-5)
@@ -41,7 +42,7 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert {(c["width"], c["seed"]) for c in summary["cells"]} == {(8, 0), (8, 1), (16, 0),
                                                                    (16, 1)}
     for cell in summary["cells"]:
-        for kind in E.KINDS:
+        for kind in G.KINDS:
             for part in ("attn", "mlp", "update"):
                 assert 0.0 < cell[f"{kind}_{part}_eff_rank_frac"] <= 1.0  # eff. rank <= D
     assert summary["primary"]["n"] == 4
@@ -52,6 +53,6 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
 def test_leave_one_out_shows_a_single_point_carrying_r():
     x = np.array([0.0, 0.1, -0.1, 0.05, 1.0])
     y = np.array([0.1, -0.1, 0.1, -0.1, 5.0])  # r driven by the last point alone
-    out = E.correlation(x, y)
+    out = G.correlation(x, y)
     assert out["pearson_r"] > 0.95 and len(out["leave_one_out_r"]["all"]) == 5
     assert out["leave_one_out_r"]["all"][-1] < 0 and out["leave_one_out_r"]["min"] < 0
