@@ -29,8 +29,8 @@ the grid's records but not its parameters, which are git-ignored: the grid has t
 for this). ``--set positions=N`` changes the positions per model and layer. Figure:
 ``figures/fig_lm_evidence_rank.py``.
 
-**Runtime.** About 1 CPU-minute per width at 16 positions (12 models of depth 4); quick: seconds
-after the quick grid.
+**Runtime.** 42 s for widths 16 and 32 at 16 positions (24 models of depth 4, 2 cores shared
+with the grid's training); quick: seconds after the quick grid.
 
 **Expected result** (measured; ``paper/05_lm/rank.md``): at 400 steps the update's rank fraction
 was about 0.68 at every width and DCA's within 0.002 of vanilla's; whether that holds near
