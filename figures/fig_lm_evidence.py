@@ -70,9 +70,12 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     slope = comps[PRIMARY]["slope"]
     decision = data.get("decision", {})
     if slope:
+        verdict = decision.get("verdict", "")
+        if verdict == "pending":  # a slope over fewer than the registered widths
+            verdict = (f"interim ({len(comps[PRIMARY]['test_D'])} widths), "
+                       "registered verdict pending")
         ax_w.set_title(f"slope {slope['slope']:+.2f} [{slope['ci'][0]:+.2f}, "
-                       f"{slope['ci'][1]:+.2f}] per doubling: {decision.get('verdict', '')}",
-                       fontsize=7)
+                       f"{slope['ci'][1]:+.2f}] per doubling: {verdict}", fontsize=7)
     ax_w.legend(fontsize=6)
     for i, (w, points) in enumerate(sorted(comps[PRIMARY]["trajectory"].items(),
                                            key=lambda kv: int(kv[0]))):
@@ -82,6 +85,9 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
                       label=f"width {w}")
     ax_t.axhline(0, color="k", lw=0.6)
     ax_t.set_xscale("log")
+    ticks = [0.5e6, 1e6, 2e6, 4e6, 8e6]  # the registered trajectory points
+    ax_t.set_xticks(ticks, [f"{t / 1e6:g}M" for t in ticks])
+    ax_t.minorticks_off()
     ax_t.set_xlabel("training tokens")
     ax_t.set_ylabel("D (validation), DCA - vanilla")
     ax_t.legend(fontsize=6)
