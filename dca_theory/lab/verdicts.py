@@ -29,6 +29,9 @@ INCONCLUSIVE = "inconclusive"
 NOT_AT_BUDGET = "not tested at this budget"
 NOT_TESTED = "not tested"
 PENDING = "pending: the pre-registered grid (evidence_design.md) is being trained"
+#: the pre-registered rule's outcomes (``lm_evidence_analysis.decision``) in this table's words
+REGISTERED = {"supported": REPRODUCED, "contradicted at this scale": NOT_REPRODUCED,
+              "inconclusive": INCONCLUSIVE}
 VERDICTS = (REPRODUCED, TREND, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_BUDGET, NOT_TESTED)
 ALPHA = 0.05
 
@@ -173,7 +176,7 @@ def table2_width(results: Path) -> dict:
                                  [v for s, _ in per.values() for v in s])
     lo, hi = slope["ci"]
     judged = {w: {**g, "verdict": verdict(g)} for w, g in fam.items()}
-    return {"per_width": judged, "slope": slope, "preregistered": PENDING,
+    return {"per_width": judged, "slope": slope, "preregistered": registered_label(results),
             "verdict": {"gain at every width": weakest(g["verdict"] for g in judged.values()),
                         "gain shrinks with width": NOT_REPRODUCED if hi < 0 else
                         (REPRODUCED if lo > 0 else INCONCLUSIVE)}}
@@ -352,11 +355,67 @@ def vit_table8(results: Path) -> dict:
     return {**g, "paper_points": paper, "verdict": verdict(g, direction=1)}
 
 
-def not_tested(what_would_test: str, *, grid_bears_on_it: bool = False) -> dict:
-    """A claim without a measurement: the verdict, what would test it and whether the
-    pre-registered grid (still training) bears on it."""
+def not_tested(what_would_test: str, *, bears_on_it: str | None = None) -> dict:
+    """A claim without a measurement: the verdict, what would test it and, where the
+    pre-registered grid bears on it, that grid's outcome (``bears_on_it``)."""
     out = {"verdict": NOT_TESTED, "would_test": what_would_test}
-    return out | {"preregistered": PENDING} if grid_bears_on_it else out
+    return out | {"preregistered": bears_on_it} if bears_on_it else out
+
+
+def _evidence(results: Path) -> dict | None:
+    path = Path(results) / "lm_evidence" / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def registered_label(results: Path) -> str:
+    """The pre-registered width-slope outcome in one line: the rule's verdict with the slope
+    and its interval, or :data:`PENDING` while a registered width is missing."""
+    s = _evidence(results)
+    if s is None:
+        return PENDING
+    d = s["datasets"].get(s["primary_data"], {}).get("decision", {"verdict": "pending"})
+    if d["verdict"] not in REGISTERED:
+        return PENDING
+    lo, hi = d["ci"]
+    return (f"{d['verdict']} (slope {d['slope']:+.2f} [{lo:+.2f}, {hi:+.2f}] per doubling, "
+            f"evidence_design.md)")
+
+
+def _from_summary(g: dict) -> dict:
+    """A per-width comparison of the evidence summary in :func:`gap`'s keys."""
+    return {"mean": g["mean"], "ci": g["ci95"], "p_value": g["p_value"], "p_holm": g["p_holm"],
+            "n": g["n"], "lower": g["b_lower_seeds"], "per_pair": g["per_seed"]}
+
+
+def evidence_preregistered(results: Path) -> dict:
+    """The pre-registered grid (``paper/05_lm/evidence_design.md``): H1 the width slope, by the
+    registered rule; H2 DCA against the parameter-matched vanilla per width (Holm over the
+    widths, the summary's own), holding as far as its weakest width; both :data:`PENDING`
+    until every registered width has run. H3 (the gates, default - paper's, on every corpus
+    that ran; Holm over the corpora) is two-sided and not a claim of the paper, so it is
+    reported without a verdict label."""
+    s = _evidence(results)
+    if s is None:
+        return {"verdict": {"H1 gain shrinks with width": PENDING,
+                            "H2 DCA beats matched vanilla": PENDING}}
+    data = s["datasets"]
+    primary = data.get(s["primary_data"], {})
+    decision = primary.get("decision", {"verdict": "pending"})
+    decided = decision["verdict"] in REGISTERED
+    matched = {w: _from_summary(g) for w, g in primary.get("comparisons", {})
+               .get("dca-vanilla_matched", {}).get("test_D", {}).items()}
+    matched = {w: {**g, "verdict": verdict(g)} for w, g in matched.items()}
+    gates = {f"{name} w{w}": _from_summary(g) for name, d in data.items()
+             for w, g in d["comparisons"].get("dca-dca_paper", {}).get("test_D", {}).items()}
+    gates = gap_family(gates, "H3: default - paper's gate, every corpus and width")
+    return {"decision": decision, "dca_minus_matched": matched,
+            "default_minus_paper_gate": gates, "corpora_run": sorted(data),
+            "missing_runs": len(s["missing_runs"]),
+            "verdict": {"H1 gain shrinks with width": REGISTERED.get(decision["verdict"],
+                                                                     PENDING),
+                        "H2 DCA beats matched vanilla": (weakest(g["verdict"] for g in
+                                                                 matched.values())
+                                                         if decided else PENDING)}}
 
 
 def all_verdicts(results: str | Path = "experiments/results",
@@ -371,7 +430,7 @@ def all_verdicts(results: str | Path = "experiments/results",
         "table3_model_scaling": not_tested(
             "8-DCA against the transformer at several model sizes on a data-rich corpus; the "
             "pre-registered width slope (full DCA) bears on its shrinking gain",
-            grid_bears_on_it=True),
+            bears_on_it=registered_label(r)),
         "table6_c4_related_work": not_tested(
             "8-DCA against LAuReL-PA, DenseFormer and Hyper-Connections (stack 4 and 10) on a "
             "data-rich corpus"),
@@ -385,4 +444,5 @@ def all_verdicts(results: str | Path = "experiments/results",
         "stability_spikes": stability_spikes(r),
         "laurel_lr": laurel_lr(r),
         "vit_table8": vit_table8(r),
+        "evidence_preregistered": evidence_preregistered(r),
     }
