@@ -119,6 +119,7 @@ def test_an_override_changes_only_the_runs_it_touches():
     assert lm_grid.width_specs(True, longer)[("dca", 8)].train.steps == 31
 
 
+@pytest.mark.slow  # ~35 s; the default run keeps the generic CLI end-to-end with overrides
 def test_cli_lm_run_with_overrides_end_to_end(tmp_path, monkeypatch, data_dir, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))

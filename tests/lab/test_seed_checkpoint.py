@@ -38,6 +38,8 @@ def _stop_at(step):
     return log
 
 
+# ~40 s; the default run keeps the run cache's resume and the trainer's bitwise resume
+@pytest.mark.slow
 def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(corpus, tmp_path):
     whole = train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, keep_params=True, final_batches=2)
     ckpt = tmp_path / "partial.npz"

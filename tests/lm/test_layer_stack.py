@@ -120,6 +120,7 @@ def _adamw_steps(model, n_steps: int):
     return eqx.combine(params, static)
 
 
+@pytest.mark.slow  # ~30 s; the default run keeps the layout's exact round trip
 def test_adamw_in_the_training_layout_equals_the_unrolled_model(getkey):
     changes = {"residual": "dca", "k": 1, "n_layers": 3}
     model = _model(changes, getkey())
