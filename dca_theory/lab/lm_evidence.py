@@ -171,15 +171,18 @@ def arm_spec(settings: EvidenceSettings, quick: bool, arm: str, width: int, data
                 train_changes={"lr": lr}, **model)
 
 
-def sweep_spec(settings: EvidenceSettings, quick: bool, width: int, lr: float) -> RunSpec:
-    """Vanilla at one (width, rate) of the sweep: ``sweep_steps`` steps, ``sweep_seeds``,
-    scored once at the end on the whole validation split."""
+def sweep_spec(settings: EvidenceSettings, quick: bool, width: int, lr: float,
+               arm: str = "vanilla") -> RunSpec:
+    """``arm`` (vanilla: the registered sweep) at one (width, rate) of the sweep:
+    ``sweep_steps`` steps, ``sweep_seeds``, scored once at the end on the whole validation
+    split. Other arms give the post-hoc check of whether they prefer another rate."""
     steps = settings.sweep_steps
     sweep = settings.replace(seeds=settings.sweep_seeds, train=settings.train.replace(
         steps=steps, eval_every=steps, log_every=min(settings.train.log_every, steps)))
     data = settings.train.data
-    return dataclasses.replace(arm_spec(sweep, quick, "vanilla", width, data, lr),
-                               label=f"{data}-ev-sweep-w{width}-lr{lr:g}")
+    tag = "" if arm == "vanilla" else f"{arm}-"  # the registered sweep keeps its cache keys
+    return dataclasses.replace(arm_spec(sweep, quick, arm, width, data, lr),
+                               label=f"{data}-ev-sweep-{tag}w{width}-lr{lr:g}")
 
 
 def sweep_specs(settings: EvidenceSettings, quick: bool) -> dict[tuple[int, float], RunSpec]:

@@ -208,3 +208,37 @@ def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int]
         if ran:
             out["related"] = related(records, ran)
     return out
+
+
+def rate_check(records: dict[tuple[str, int, float], dict | None], width: int,
+               shared: float) -> dict:
+    """The post-hoc rate check at one width (``experiments/lm_evidence_lr.py``): per arm, the
+    sweep's mean validation ln ppl at each rate (``inf`` where the run diverged), its best
+    rate and its handicap ``h = 100 (ln ppl(shared) - ln ppl(best))``; and D (``dca -
+    vanilla``, per seed and mean) at the shared rate and at each arm's own best rate."""
+    arms: dict[str, dict] = {}
+    per_seed: dict[tuple[str, str], np.ndarray] = {}  # (arm, rate as "%g")
+    for (arm, w, lr), r in sorted(records.items()):
+        if w != width:
+            continue
+        ln = (np.asarray(r["valid_loss"], float) if r is not None else np.array([np.inf]))
+        per_seed[(arm, f"{lr:g}")] = ln
+        arms.setdefault(arm, {"valid_ln_ppl": {}})["valid_ln_ppl"][f"{lr:g}"] = float(ln.mean())
+    for arm, a in arms.items():
+        if f"{shared:g}" not in a["valid_ln_ppl"]:
+            raise ValueError(f"arm {arm} at width {width} has no run at the shared rate "
+                             f"{shared:g}; its rates: {', '.join(a['valid_ln_ppl'])}")
+        best = min(a["valid_ln_ppl"], key=a["valid_ln_ppl"].get)
+        a |= {"best_rate": float(best), "shared_rate": shared,
+              "best_at_edge": best in (min(a["valid_ln_ppl"], key=float),
+                                       max(a["valid_ln_ppl"], key=float)),
+              "handicap": 100 * (a["valid_ln_ppl"][f"{shared:g}"] - a["valid_ln_ppl"][best])}
+    out: dict = {"arms": arms}
+    if {"dca", "vanilla"} <= set(arms):
+        def d(lr_dca: float, lr_van: float) -> dict:
+            gap = 100 * (per_seed[("dca", f"{lr_dca:g}")] - per_seed[("vanilla", f"{lr_van:g}")])
+            return {"D_per_seed": gap.tolist(), "D_mean": float(gap.mean()),
+                    "rates": {"dca": lr_dca, "vanilla": lr_van}}
+        out["D_at_shared_rate"] = d(shared, shared)
+        out["D_at_own_best_rates"] = d(arms["dca"]["best_rate"], arms["vanilla"]["best_rate"])
+    return out

@@ -1,0 +1,117 @@
+r"""Did sharing vanilla's learning rate handicap DCA in the evidence grid? A post-hoc rate
+check, run after the grid's width 64 was trained and decided on nothing in advance.
+
+**Question.** The pre-registered grid (:mod:`experiments.lm_evidence`) gives every arm the rate
+that was best for *vanilla* at its width (a 500-step sweep). If DCA's best rate differs, the
+shared rate favours vanilla at that width, and a width trend in D may be partly a tuning
+artefact. Width 16's vanilla rate also sits at the top of its extended sweep, so vanilla may be
+under-tuned there, which would favour DCA at the smallest width: both would steepen the slope.
+
+**Design.** For each width of ``widths`` and each arm of ``arms``: the grid's sweep run (same
+steps, seeds, schedule and whole-split validation score; :func:`dca_theory.lab.lm_evidence.
+sweep_spec`) at the grid's rate for that width times each of ``factors``. Vanilla's runs at
+the factors the registered sweep already tried come from the cache; the rest are trained
+through it (resumable, like the grid).
+
+**Statistic and reading, written before these runs:** per width and arm, the mean over the
+sweep's 2 seeds of the validation ln-perplexity at each rate; the arm's best rate; its
+*handicap* h = 100 (ln ppl at the shared rate - ln ppl at its own best rate) >= 0. Beside them,
+D at 500 steps at the shared rate and at each arm's own best rate. Reading: where DCA's h is
+below 0.5 points, the shared rate is not what sets DCA's result at that width; where it is
+larger, the grid's D at that width is read as favouring vanilla by about h at this budget.
+Likewise vanilla's h at width 16 bounds how much its rate at the sweep's edge flatters DCA.
+Two seeds and 500 steps: this is a check of the design, not a test, and its numbers are not
+the 8.19M-token D.
+
+**Command.** ``DCA_DATA_DIR=../shared/data dca-theory run lm_evidence_lr [--quick]`` after the
+grid's sweep (``dca-theory run lm_evidence``) has run; ``--set widths=64`` /
+``--set factors=0.5,1,2`` narrow it.
+
+**Runtime.** About 2-4 min per new run on the 2-core machine (width 16 to 64); 13 new runs at
+the defaults. Quick: a minute after the quick grid's sweep.
+
+**Expected result.** Not known before the runs; ``paper/05_lm/evidence_result.md`` reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dca_theory.io import RunDir
+from dca_theory.lab import lm_evidence as E
+from dca_theory.lab.lm_evidence_analysis import rate_check
+from dca_theory.lab.lm_runs import cache_dir
+from dca_theory.lab.lm_settings import experiment_settings
+from dca_theory.overrides import record, run_dir, summary_entry
+from experiments import lm_evidence
+
+NAME = "lm_evidence_lr"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceLrSettings:
+    """``widths`` (grid widths; empty: all of them), ``arms`` (grid arms) and ``factors`` (times
+    the grid's rate at a width; 1 must be among them: it is the shared rate)."""
+
+    widths: tuple[int, ...] = ()
+    arms: tuple[str, ...] = ("vanilla", "dca")
+    factors: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+
+    def __post_init__(self) -> None:
+        if 1.0 not in self.factors or min(self.factors) <= 0:
+            raise ValueError(f"factors must be > 0 and include 1 (the shared rate), got "
+                             f"{','.join(f'{f:g}' for f in self.factors) or 'none'}")
+        bad = [a for a in self.arms if a not in E.ARM_MODEL]
+        if bad or not self.arms:
+            raise ValueError(f"arms {','.join(bad) or 'none'} invalid; valid: "
+                             f"{','.join(E.ARM_MODEL)}")
+
+    @classmethod
+    def preset(cls, quick: bool) -> EvidenceLrSettings:
+        return cls(factors=(0.5, 1.0, 2.0)) if quick else cls()
+
+
+def _validate(quick: bool, cfg: EvidenceLrSettings) -> None:
+    grid = lm_evidence.settings(quick).widths
+    bad = [w for w in cfg.widths if w not in grid]
+    if bad:
+        raise ValueError(f"widths {','.join(map(str, bad))} are not grid widths; valid: "
+                         f"{','.join(map(str, grid))}")
+
+
+def settings(quick: bool = False, overrides=()) -> EvidenceLrSettings:
+    """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
+    return experiment_settings(EvidenceLrSettings, quick, overrides, _validate)
+
+
+def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
+    cfg = settings(quick, overrides)
+    ev = lm_evidence.settings(quick)
+    # the grid's own cache (next to --out if given): its sweep runs are reused, not retrained
+    cache = cache_dir(Path(out) if out is not None else run_dir(NAME, quick))
+    lrs, missing = E.rates(ev, quick, cache, only_cached=True)
+    if lrs is None:
+        raise ValueError(f"the lm_evidence sweep has not run in {cache}; run `dca-theory run "
+                         f"lm_evidence{' --quick' if quick else ''}` first (missing: "
+                         f"{', '.join(missing)})")
+    widths = cfg.widths or ev.widths
+    specs = {(arm, w, f): E.sweep_spec(ev, quick, w, lrs[w]["lr"] * f, arm)
+             for w in widths for arm in cfg.arms for f in cfg.factors}
+    config = {"experiment": NAME, "quick": quick, "settings": cfg, "data": ev.train.data,
+              "shared_rate": {str(w): lrs[w]["lr"] for w in widths},
+              "runs": {f"{a}-w{w}-x{f:g}": s.key for (a, w, f), s in specs.items()}}
+    run = RunDir(Path(out or run_dir(NAME, quick, overrides)), record(config, overrides),
+                 overwrite=overwrite)
+    records = {}
+    for (arm, w, f), s in specs.items():
+        r = E.run_unless_diverged(s, cache, log=run.log)
+        records[(arm, w, s.train.lr)] = r  # None: diverged, which rate_check scores as worst
+        run.log(arm=arm, width=w, lr=s.train.lr, key=s.key,
+                diverged=r is None)
+    summary = {"widths": {str(w): rate_check(records, w, lrs[w]["lr"]) for w in widths},
+               "sweep_steps": ev.sweep_steps, "seeds": list(ev.sweep_seeds),
+               "tokens": ev.sweep_steps * ev.train.batch_size * ev.train.seq_len,
+               "cache": str(cache), **summary_entry(overrides)}
+    run.finish(summary)
+    return run.path
