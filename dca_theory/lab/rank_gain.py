@@ -8,7 +8,9 @@ residual update (mean over layers of effective rank / width), with a Fisher-z 95
 The bottleneck argument predicts r > 0 (a lower rank fraction, a more negative D): "tracks" if
 the interval lies above 0, "contradicts" if below, else "inconclusive"; r with each cell left
 out in turn shows how much one cell carries. Beside it, seed-clustered slopes of D and of each
-sublayer's rank fraction against log2(width), and DCA's rank fraction minus vanilla's.
+sublayer's rank fraction against log2(width), and DCA's rank fraction minus vanilla's; and,
+descriptive (not pre-stated), the same correlations within widths (:func:`within_width`), which
+separate "D follows the rank" from "both change with width".
 """
 
 from __future__ import annotations
@@ -65,6 +67,24 @@ def correlation(x, y, level: float = 0.95) -> dict:
     return out
 
 
+def within_width(x, y, widths, level: float = 0.95) -> dict:
+    """Pearson r after removing each width's mean from ``x`` and ``y`` (the partial correlation
+    given width), with a Fisher-z interval on ``n - (k - 1) - 3`` degrees of freedom for ``k``
+    widths (each removed mean costs one)."""
+    x, y, widths = np.array(x, float), np.array(y, float), np.asarray(widths)  # copies
+    for w in np.unique(widths):
+        at = widths == w
+        x[at], y[at] = x[at] - x[at].mean(), y[at] - y[at].mean()
+    k = np.unique(widths).size
+    dof = x.size - (k - 1) - 3
+    r = float(stats.pearsonr(x, y).statistic)
+    out = {"pearson_r": r, "n": int(x.size), "widths": int(k), "ci": None}
+    if dof >= 1 and abs(r) < 1:
+        half = stats.norm.ppf(0.5 + level / 2) / np.sqrt(dof)
+        out["ci"] = [float(np.tanh(np.arctanh(r) - half)), float(np.tanh(np.arctanh(r) + half))]
+    return out
+
+
 def analyse(rows: list[dict]) -> dict:
     """The pre-stated statistic and the descriptive slopes and differences (module doc)."""
     x = [np.log2(r["width"]) for r in rows]
@@ -83,6 +103,15 @@ def analyse(rows: list[dict]) -> dict:
             out["slope_vs_log2_width"][name] = seed_clustered_slope(x, y, seeds)
         except ValueError:  # one seed or one width: no slope interval
             out["slope_vs_log2_width"][name] = None
+    widths = [r["width"] for r in rows]
+    if len(set(widths)) < len(rows):  # at least one width with two seeds
+        d = [r["D"] for r in rows]
+        out["within_width"] = {
+            "D~vanilla_update": within_width([r[f"vanilla_{PRIMARY_MEASURE}"] for r in rows],
+                                             d, widths),
+            "D~dca_minus_vanilla_update": within_width(
+                [r[f"dca_{PRIMARY_MEASURE}"] - r[f"vanilla_{PRIMARY_MEASURE}"] for r in rows],
+                d, widths)}
     out["dca_minus_vanilla_frac"] = {
         part: float(np.mean([r[f"dca_{part}_eff_rank_frac"] - r[f"vanilla_{part}_eff_rank_frac"]
                              for r in rows])) for part in SUBLAYERS}

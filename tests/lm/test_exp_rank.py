@@ -56,3 +56,24 @@ def test_leave_one_out_shows_a_single_point_carrying_r():
     out = G.correlation(x, y)
     assert out["pearson_r"] > 0.95 and len(out["leave_one_out_r"]["all"]) == 5
     assert out["leave_one_out_r"]["all"][-1] < 0 and out["leave_one_out_r"]["min"] < 0
+
+
+def test_within_width_correlation_removes_what_the_widths_share():
+    rng = np.random.default_rng(3)
+    widths = np.repeat([16, 32, 64], 6)
+    noise = 0.3 * rng.normal(size=18)
+    # both rise with width, and within a width y follows x exactly up to a small noise
+    x = np.log2(widths) + noise
+    y = 5 * np.log2(widths) - 2 * noise + 0.01 * rng.normal(size=18)
+    w = G.within_width(x, y, widths)
+    assert w["pearson_r"] < -0.99 and w["widths"] == 3 and w["n"] == 18
+    # against the partial correlation from a regression on width dummies
+    dummies = (widths[:, None] == np.array([16, 32, 64])[None]).astype(float)
+    res = [v - dummies @ np.linalg.lstsq(dummies, v, rcond=None)[0] for v in (x, y)]
+    assert w["pearson_r"] == pytest.approx(np.corrcoef(*res)[0, 1], abs=1e-12)
+    # the interval uses n - 2 - 3 = 13 degrees of freedom
+    half = 1.959963984540054 / np.sqrt(13)
+    assert w["ci"] == pytest.approx(list(np.tanh(np.arctanh(w["pearson_r"]) + [-half, half])),
+                                    abs=1e-9)
+    # pooled over widths, the shared trend makes the raw correlation positive
+    assert G.correlation(x, y)["pearson_r"] > 0
