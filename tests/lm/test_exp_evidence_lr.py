@@ -41,6 +41,8 @@ def test_rate_check_finds_each_arms_best_rate_handicap_and_gaps():
     ("factors=0,1", "factors must be > 0 and include 1"),
     ("arms=dca,transformer", "arms transformer invalid; valid: vanilla,dca"),
     ("widths=48", "widths 48 are not grid widths; valid: 16,32,64"),
+    ("full_widths=24", "full_widths 24 are not grid widths; valid: 16,32,64"),
+    ("widths=16,32", "full_widths 64 must be among widths 16,32"),
 ])
 def test_bad_settings_are_refused_in_one_line(override, message):
     with pytest.raises(ValueError, match=message):
