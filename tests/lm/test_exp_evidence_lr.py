@@ -71,7 +71,15 @@ def test_quick_run_reuses_the_grids_vanilla_sweep(tmp_path, monkeypatch, data_di
     new = {p.name for p in cache.iterdir()} - before
     # vanilla at the shared rate is the grid's own sweep run, read from its cache
     assert {runs[f"vanilla-w{w}-x1"] for w in s["widths"]} <= before
-    assert new and new <= set(runs.values())
+    full = {r["key"] for r in s["full_budget"].values()}
+    assert new and new <= set(runs.values()) | full
+    for w, r in s["full_budget"].items():  # DCA's own best rate, trained like the grid's arm
+        assert r["rate"] == s["widths"][w]["arms"]["dca"]["best_rate"]
+        assert r["rate"] != s["widths"][w]["arms"]["dca"]["shared_rate"]
+        # D(own) - D(shared) is DCA's own-rate run against its shared-rate run, seed by seed
+        assert [a - b for a, b in zip(r["D_own_rate"]["per_seed"],
+                                      r["D_shared_rate"]["per_seed"])] == pytest.approx(
+            r["own_minus_shared_rate"]["per_seed"], abs=1e-9)
     for w, row in s["widths"].items():
         shared = row["arms"]["vanilla"]["shared_rate"]
         assert set(row["arms"]) == {"vanilla", "dca"}
