@@ -21,7 +21,11 @@ below 0.5 points, the shared rate is not what sets DCA's result at that width; w
 larger, the grid's D at that width is read as favouring vanilla by about h at this budget.
 Likewise vanilla's h at width 16 bounds how much its rate at the sweep's edge flatters DCA.
 Two seeds and 500 steps: this is a check of the design, not a test, and its numbers are not
-the 8.19M-token D.
+the 8.19M-token D. How far a sweep cell can be trusted is measured, not assumed: at the shared
+rate a sweep run is the first 500 steps of the grid's run for the same seeds (same batches,
+schedule and initial weights; only the number of vmapped seeds differs), so ``reproduction``
+gives, per arm and seed, 100 (ln ppl of the sweep run - ln ppl of the grid's run at the same
+step); a handicap within that spread is not resolved.
 
 **Full-budget follow-up.** At each width of ``full_widths`` where DCA's best sweep rate is not
 the shared one, DCA is also trained like the grid's arm (6 seeds, 8.19M tokens) at its own
@@ -121,6 +125,25 @@ def full_budget(ev, quick: bool, cache, width: int, rate: float, shared: float,
             "own_minus_shared_rate": _d(at_shared["test_ppl"], r["test_ppl"])}
 
 
+def reproduction(ev, quick: bool, cache, width: int, shared: float, arms, records) -> dict:
+    """Per arm: the sweep run at ``shared`` against the grid's own run at the same step and
+    seeds, ``100 (ln ppl_sweep - ln ppl_grid)`` per seed on the whole validation split (arms
+    whose grid run is not cached are left out)."""
+    grid = E.grid_specs(ev, quick, {w: shared for w in ev.widths})
+    out = {}
+    for arm in arms:
+        g, sweep = grid[(ev.train.data, arm, width)], records.get((arm, width, shared))
+        if sweep is None or not is_cached(g, cache):
+            continue
+        at = {h["step"]: h["valid_ppl"] for h in E.run_unless_diverged(g, cache)["valid_history"]}
+        if ev.sweep_steps not in at:
+            continue
+        main = [at[ev.sweep_steps][list(g.seeds).index(seed)] for seed in ev.sweep_seeds]
+        d = log_ppl_gap(main, np.exp(sweep["valid_loss"]))
+        out[arm] = {"per_seed": d.tolist(), "max_abs": float(np.max(np.abs(d)))}
+    return out
+
+
 def _d(ppl_base, ppl_other) -> dict:
     """D per seed with its mean, 95 % t-interval and one-sample p (``paired`` against 0)."""
     d = log_ppl_gap(ppl_base, ppl_other)
@@ -156,7 +179,10 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
         records[(arm, w, s.train.lr)] = r  # None: diverged, which rate_check scores as worst
         run.log(arm=arm, width=w, lr=s.train.lr, key=s.key,
                 diverged=r is None)
-    checks = {w: rate_check(records, w, lrs[w]["lr"]) for w in widths}
+    checks = {w: rate_check(records, w, lrs[w]["lr"])
+              | {"reproduction": reproduction(ev, quick, cache, w, lrs[w]["lr"], cfg.arms,
+                                              records)}
+              for w in widths}
     full = {}
     for w in cfg.full_widths:
         best = checks[w]["arms"]["dca"]["best_rate"]

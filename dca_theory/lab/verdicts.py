@@ -176,10 +176,29 @@ def table2_width(results: Path) -> dict:
                                  [v for s, _ in per.values() for v in s])
     lo, hi = slope["ci"]
     judged = {w: {**g, "verdict": verdict(g)} for w, g in fam.items()}
-    return {"per_width": judged, "slope": slope, "preregistered": registered_label(results),
-            "verdict": {"gain at every width": weakest(g["verdict"] for g in judged.values()),
-                        "gain shrinks with width": NOT_REPRODUCED if hi < 0 else
-                        (REPRODUCED if lo > 0 else INCONCLUSIVE)}}
+    out = {"per_width": judged, "slope": slope, "preregistered": registered_label(results),
+           "verdict": {"gain at every width": weakest(g["verdict"] for g in judged.values()),
+                       "gain shrinks with width": _slope_verdict(lo, hi)}}
+    near = _near_convergence_slope(results)
+    if near is not None:  # the grid's slope, judged by this table's sign rule
+        out["near_convergence_slope"] = near
+        out["verdict"]["gain shrinks with width, near convergence"] = _slope_verdict(*near["ci"])
+    return out
+
+
+def _slope_verdict(lo: float, hi: float) -> str:
+    return NOT_REPRODUCED if hi < 0 else (REPRODUCED if lo > 0 else INCONCLUSIVE)
+
+
+def _near_convergence_slope(results: Path) -> dict | None:
+    """The evidence grid's primary slope (DCA - vanilla on log2 width) once every registered
+    width has run, else None."""
+    s = _evidence(results)
+    if s is None:
+        return None
+    d = s["datasets"].get(s["primary_data"], {}).get("decision", {})
+    return ({"slope": d["slope"], "ci": d["ci"], "data": s["primary_data"]}
+            if d.get("verdict") in REGISTERED else None)
 
 
 def figure6_depth(results: Path) -> dict:

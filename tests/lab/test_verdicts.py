@@ -157,7 +157,13 @@ def test_the_preregistered_row_maps_the_registered_rule_and_waits_while_pending(
     assert V.evidence_preregistered(done)["dca_minus_matched"]["16"]["verdict"] == V.REPRODUCED
     assert v["H2 DCA beats matched vanilla"] == V.INCONCLUSIVE
     assert V.registered_label(done).startswith("inconclusive (slope +0.90 [-0.40, +2.20]")
+    # the width claim judges the grid's slope by the table's sign rule: CI [-0.4, 2.2] holds 0
+    near = V._near_convergence_slope(done)
+    assert near["ci"] == [-0.4, 2.2] and V._slope_verdict(*near["ci"]) == V.INCONCLUSIVE
+    assert V._slope_verdict(0.1, 2.0) == V.REPRODUCED and V._slope_verdict(-2, -0.1) == \
+        V.NOT_REPRODUCED
     pending = _evidence_summary(tmp_path / "b", "pending", {"16": [-3.0, -1.0]})
+    assert V._near_convergence_slope(pending) is None
     assert set(V.evidence_preregistered(pending)["verdict"].values()) == {V.PENDING}
     assert V.registered_label(pending) == V.PENDING
     assert set(V.evidence_preregistered(tmp_path / "none")["verdict"].values()) == {V.PENDING}

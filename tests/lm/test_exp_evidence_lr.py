@@ -86,3 +86,7 @@ def test_quick_run_reuses_the_grids_vanilla_sweep(tmp_path, monkeypatch, data_di
         assert row["arms"]["dca"]["handicap"] >= 0
         assert row["D_at_shared_rate"]["rates"] == {"dca": shared, "vanilla": shared}
         assert len(row["D_at_shared_rate"]["D_per_seed"]) == len(s["seeds"])
+        # the quick grid evaluates at the sweep's last step, so every arm has its reproduction
+        assert set(row["reproduction"]) == {"vanilla", "dca"}
+        for r in row["reproduction"].values():
+            assert len(r["per_seed"]) == len(s["seeds"]) and math.isfinite(r["max_abs"])
