@@ -73,7 +73,8 @@ def test_cached_logits_equal_the_full_pass_at_every_position(changes):
 
 
 @pytest.mark.parametrize("changes", [
-    {"param_dtype": "bfloat16"},
+    # ~20 s each; the float32 cache tests stay in the default run
+    pytest.param({"param_dtype": "bfloat16"}, marks=pytest.mark.slow),
     pytest.param({"compute_dtype": "bfloat16"}, marks=pytest.mark.slow),
 ], ids=["bf16-params", "bf16-compute"])
 def test_cached_logits_in_bfloat16(changes):

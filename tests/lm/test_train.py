@@ -65,6 +65,7 @@ def test_bad_train_config_is_a_one_line_value_error(bad):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # ~20 s; the golden-step tests keep the jitted step checked by default
 def test_jit_and_no_jit_train_step_agree():
     params, static, opt, opt_state = _setup()
     step = make_train_step(static, opt, LMTrainConfig(warmup_steps=10, grad_accum=2))

@@ -61,7 +61,8 @@ def test_net_param_count_equals_the_built_arrays(depth, getkey):
     assert all(isinstance(c, SoftmaxOverDepth) for c in net.combiners)
 
 
-@pytest.mark.parametrize("net_cls", [DeepLinear, MLPResNet])
+# DeepLinear (~20 s) is slow; MLPResNet trains through the same mixing by default
+@pytest.mark.parametrize("net_cls", [pytest.param(DeepLinear, marks=pytest.mark.slow), MLPResNet])
 def test_nets_train_with_attn_res(net_cls, getkey):
     """A short smoke: 150 Adam steps on y = A x lower the test MSE by at least 30%."""
     d = 8
