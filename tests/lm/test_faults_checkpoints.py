@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import equinox as eqx
 import jax
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 from lm_train_helpers import build_bigram, float32, write_word_corpus
 
+from dca_theory.lm import checkpoint
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.config import PRESETS
 from dca_theory.lm.train_config import TRAIN_PRESETS
@@ -139,3 +142,24 @@ def test_resume_past_a_damaged_checkpoint_is_bitwise_the_uninterrupted_run(run, 
              for r in lm_train._read_lines(run / "metrics.jsonl")]
     assert strip == [{k: v for k, v in r.items() if k != "tokens_per_s"}
                      for r in map(json.loads, history.splitlines())]
+
+
+def test_a_failed_restore_leaves_a_hook_that_drops_only_closed_loop_complaints(monkeypatch):
+    """TensorStore reads still in flight after a failed restore complain from their own threads,
+    later; the standing filter drops exactly that complaint and passes on everything else."""
+    seen = []
+
+    def record(unraisable):
+        seen.append(unraisable)
+
+    monkeypatch.setattr(sys, "unraisablehook", record)
+    checkpoint._collect_abandoned_reads()
+    wrapped = sys.unraisablehook
+    checkpoint._collect_abandoned_reads()
+    assert wrapped is not record and sys.unraisablehook is wrapped  # once, not once per restore
+    closed = SimpleNamespace(exc_value=RuntimeError("Event loop is closed"))
+    other = [SimpleNamespace(exc_value=RuntimeError("Event loop is running")),
+             SimpleNamespace(exc_value=ValueError("Event loop is closed"))]
+    for unraisable in (closed, *other):
+        sys.unraisablehook(unraisable)
+    assert seen == other
