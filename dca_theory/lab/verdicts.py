@@ -428,6 +428,8 @@ def evidence_preregistered(results: Path) -> dict:
              for w, g in d["comparisons"].get("dca-dca_paper", {}).get("test_D", {}).items()}
     gates = gap_family(gates, "H3: default - paper's gate, every corpus and width")
     return {"decision": decision, "dca_minus_matched": matched,
+            # the rule applied to the paper's-gate arm: post hoc, reported, never a verdict
+            "paper_gate_by_the_rule_post_hoc": primary.get("paper_gate_by_the_rule_post_hoc"),
             "default_minus_paper_gate": gates, "corpora_run": sorted(data),
             "missing_runs": len(s["missing_runs"]),
             "verdict": {"H1 gain shrinks with width": REGISTERED.get(decision["verdict"],

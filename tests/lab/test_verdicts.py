@@ -141,8 +141,10 @@ def _evidence_summary(tmp_path, verdict, matched_ci):
                   "b_lower_seeds": 6 if ci[1] < 0 else 5, "per_seed": [ci[0]] * 6}
               for w, ci in matched_ci.items()}
     comps = {"dca-vanilla_matched": {"test_D": test_d}, "dca-dca_paper": {"test_D": test_d}}
+    post_hoc = {"verdict": "supported", "slope": 2.4, "ci": [2.1, 2.7]}
     s = {"primary_data": "ptb-char", "missing_runs": [],
-         "datasets": {"ptb-char": {"decision": decision, "comparisons": comps}}}
+         "datasets": {"ptb-char": {"decision": decision, "comparisons": comps,
+                                   "paper_gate_by_the_rule_post_hoc": post_hoc}}}
     (tmp_path / "lm_evidence").mkdir(parents=True)
     (tmp_path / "lm_evidence" / "summary.json").write_text(json.dumps(s))
     return tmp_path
@@ -153,6 +155,9 @@ def test_the_preregistered_row_maps_the_registered_rule_and_waits_while_pending(
                              {"16": [-3.0, -1.0], "32": [-2.0, 0.5]})
     v = V.evidence_preregistered(done)["verdict"]
     assert v["H1 gain shrinks with width"] == V.INCONCLUSIVE
+    # the rule applied to the paper's gate post hoc is reported and decides nothing
+    post = V.evidence_preregistered(done)["paper_gate_by_the_rule_post_hoc"]
+    assert post["verdict"] == "supported" and "post hoc" not in str(v)
     # H2 must hold at every width: width 16 alone is reproduced, width 32's interval reaches 0
     assert V.evidence_preregistered(done)["dca_minus_matched"]["16"]["verdict"] == V.REPRODUCED
     assert v["H2 DCA beats matched vanilla"] == V.INCONCLUSIVE

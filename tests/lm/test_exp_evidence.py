@@ -90,6 +90,27 @@ def test_decision_rule_on_synthetic_records():
     assert A.decision(slope, matched, (16, 32, 64), gaps)["verdict"] == "supported"
 
 
+def test_the_paper_gate_arm_gets_the_same_rule_post_hoc_and_the_registered_one_is_unchanged():
+    # DCA (default gate) flat at -1 everywhere; the paper's gate -3, -2, -1 and 1 point better
+    # than the matched arm: only the post-hoc entry is "supported"
+    rng = np.random.default_rng(2)
+    records = {}
+    for i, w in enumerate((16, 32, 64)):
+        base = 3.0 + rng.normal(0, 0.01, 6)
+        noise = rng.normal(0, 0.05, 6)
+        records[("vanilla", w)] = _record(np.exp(base))
+        records[("vanilla_matched", w)] = _record(np.exp(base + (-2 + i + noise) / 100))
+        records[("dca", w)] = _record(np.exp(base + (-1 + noise) / 100))
+        records[("dca_paper", w)] = _record(np.exp(base + (-3 + i + noise) / 100))
+    curves = {k: {"step_time": np.ones(2), "eval_steps": np.array([1, 2]),
+                  "eval_valid_loss": np.full((2, 6), 1.0)} for k in records}
+    out = A.summarise(records, curves, {k: 1 for k in records}, range(6), 1, primary=True,
+                      widths=(16, 32, 64))
+    assert out["decision"]["verdict"] == "contradicted at this scale"
+    post = out["paper_gate_by_the_rule_post_hoc"]
+    assert post["verdict"] == "supported" and post["slope"] == pytest.approx(1.0, abs=0.1)
+
+
 def test_the_decision_waits_for_every_registered_width():
     # widths 16 and 32 trained, 64 not: a clear two-width slope is interim, never a verdict
     records = {}
