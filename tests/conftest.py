@@ -2,8 +2,8 @@
 
 No compilation cache on disk: JAX's persistent cache, LRU-bounded so that its file lock keeps
 the two workers from reading a half-written entry, made ``.ci/run``'s pytest take 14 min 16 s
-against 8 min 46 s without, the next run on the same tree (sys time 2 min 24 s against 26 s: each write scans the cache folder
-under the shared lock).
+against 8 min 46 s without it on the same tree (sys time 2 min 24 s against 26 s: each write
+scans the cache folder under the shared lock).
 
 The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
 checkout (where CI lays it). Tests that need it skip with a message when it is absent.
