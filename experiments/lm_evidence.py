@@ -43,7 +43,7 @@ from pathlib import Path
 
 from dca_theory.io import RunDir
 from dca_theory.lab import lm_evidence as E
-from dca_theory.lab.lm_evidence_analysis import summarise
+from dca_theory.lab.lm_evidence_analysis import gate_by_tokenisation, summarise
 from dca_theory.lab.lm_runs import is_cached, load_curves
 from dca_theory.lab.lm_settings import experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
@@ -102,6 +102,8 @@ def main(quick: bool = False, out=None, overwrite: bool = False, *,
                 **summarise(e["records"], e["curves"], e["n_params"], cfg.seeds,
                             tokens_per_step, primary=data == cfg.train.data,
                             related_arms=cfg.related_arms, widths=cfg.widths)}
+    summary["gate_by_tokenisation"] = gate_by_tokenisation(summary["datasets"],
+                                                           cfg.secondary_width)
     summary |= {"primary_data": cfg.train.data, "missing_runs": missing,
                 "diverged_runs": diverged,
                 "complete": not missing, **summary_entry(overrides)}

@@ -182,6 +182,29 @@ def related(records: dict[tuple[str, int], dict], arms) -> dict[str, dict]:
     return out
 
 
+def gate_by_tokenisation(datasets: dict[str, dict], width: int, level: float = 0.05) -> dict:
+    """H3's reading across corpora (fixed in the design document before the secondary gate
+    runs): per corpus the gate gap G = D(dca - dca_paper) at ``width``; for each pair of
+    corpora the difference of their mean G with Welch's interval (two corpora share no data,
+    so their seeds are not paired), Holm-adjusted over the pairs. The gate's effect depends on
+    the tokenisation iff some pair's adjusted p is below ``level``; ``None`` (not decided)
+    with fewer than two corpora."""
+    gaps = {name: d["comparisons"]["dca-dca_paper"]["test_D"][str(width)]
+            for name, d in datasets.items()
+            if str(width) in d["comparisons"].get("dca-dca_paper", {}).get("test_D", {})}
+    names = list(gaps)
+    pairs = {f"{b} - {a}": st.welch(gaps[a]["per_seed"], gaps[b]["per_seed"])
+             for i, a in enumerate(names) for b in names[i + 1:]}
+    for r, p in zip(pairs.values(), st.holm([r["p_value"] for r in pairs.values()])):
+        r["p_holm"] = p
+    depends = (any(r["p_holm"] is not None and r["p_holm"] < level for r in pairs.values())
+               if pairs else None)
+    return {"width": width, "level": level,
+            "G": {n: {k: g[k] for k in ("mean", "ci95", "p_holm", "b_lower_seeds", "n")}
+                  for n, g in gaps.items()},
+            "pairs": pairs, "depends_on_tokenisation": depends}
+
+
 def summarise(records: dict[tuple[str, int], dict], curves: dict[tuple[str, int], dict],
               n_params: dict[tuple[str, int], int], seeds, tokens_per_step: int,
               primary: bool, related_arms=(), widths=None) -> dict:

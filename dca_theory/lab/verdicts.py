@@ -411,8 +411,8 @@ def evidence_preregistered(results: Path) -> dict:
     registered rule; H2 DCA against the parameter-matched vanilla per width (Holm over the
     widths, the summary's own), holding as far as its weakest width; both :data:`PENDING`
     until every registered width has run. H3 (the gates, default - paper's, on every corpus
-    that ran; Holm over the corpora) is two-sided and not a claim of the paper, so it is
-    reported without a verdict label."""
+    that ran; Holm over the corpora, and the corpora's gaps compared pairwise) is two-sided
+    and not a claim of the paper, so it is reported without a verdict label."""
     s = _evidence(results)
     if s is None:
         return {"verdict": {"H1 gain shrinks with width": PENDING,
@@ -431,6 +431,8 @@ def evidence_preregistered(results: Path) -> dict:
             # the rule applied to the paper's-gate arm: post hoc, reported, never a verdict
             "paper_gate_by_the_rule_post_hoc": primary.get("paper_gate_by_the_rule_post_hoc"),
             "default_minus_paper_gate": gates, "corpora_run": sorted(data),
+            # whether the gate gap differs between corpora (Welch, Holm over the pairs)
+            "gate_by_tokenisation": s.get("gate_by_tokenisation"),
             "missing_runs": len(s["missing_runs"]),
             "verdict": {"H1 gain shrinks with width": REGISTERED.get(decision["verdict"],
                                                                      PENDING),

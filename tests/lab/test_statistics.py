@@ -1,10 +1,12 @@
 """The evidence statistics of ``dca_theory.lab.statistics``: the seed-clustered slope and its
-coverage, Holm's adjustment, the vanilla power-law fit and the equal-time gap."""
+coverage, Welch's unpaired interval, Holm's adjustment, the vanilla power-law fit and the
+equal-time gap."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from dca_theory.lab import statistics as st
 
@@ -69,6 +71,32 @@ def test_holm_matches_the_hand_computed_adjustment():
     # sorted 0.01, 0.02, 0.04 (m = 3): 0.03, max(0.03, 0.04), max(0.04, 0.04); None untouched
     assert st.holm([0.04, None, 0.01, 0.02]) == pytest.approx([0.04, None, 0.03, 0.04])
     assert st.holm([0.5, 0.6]) == [1.0, 1.0]
+
+
+def test_welch_matches_scipys_unequal_variance_t_test_and_interval():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.0, 1.0, 6), rng.normal(1.5, 2.5, 6)
+    r = st.welch(a, b)
+    ref = stats.ttest_ind(b, a, equal_var=False)
+    assert r["mean"] == pytest.approx(b.mean() - a.mean(), rel=1e-12)
+    assert r["p_value"] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert r["ci95"] == pytest.approx(list(ref.confidence_interval(0.95)), rel=1e-9)
+    # unequal spreads: Satterthwaite's df lies between the smaller sample's and the pooled one
+    assert 5 <= r["df"] <= 10
+
+
+def test_welch_interval_covers_the_true_difference_at_the_nominal_rate():
+    rng = np.random.default_rng(4)
+    hits = [lo <= 1.0 <= hi for lo, hi in
+            (st.welch(rng.normal(0.0, 0.5, 6), rng.normal(1.0, 2.0, 6))["ci95"]
+             for _ in range(2000))]
+    assert np.mean(hits) == pytest.approx(0.95, abs=0.015)  # 3.1 binomial s.e. at n = 2000
+
+
+def test_welch_one_line_errors_and_zero_spread():
+    with pytest.raises(ValueError, match="welch needs >= 2 values per sample, got 1 and 3"):
+        st.welch([1.0], [1.0, 2.0, 3.0])
+    assert st.welch([1.0, 1.0], [2.0, 2.0])["p_value"] is None
 
 
 def test_log_ppl_gap_is_100_log_ratio():

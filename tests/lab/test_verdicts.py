@@ -143,6 +143,7 @@ def _evidence_summary(tmp_path, verdict, matched_ci):
     comps = {"dca-vanilla_matched": {"test_D": test_d}, "dca-dca_paper": {"test_D": test_d}}
     post_hoc = {"verdict": "supported", "slope": 2.4, "ci": [2.1, 2.7]}
     s = {"primary_data": "ptb-char", "missing_runs": [],
+         "gate_by_tokenisation": {"width": 32, "depends_on_tokenisation": None},
          "datasets": {"ptb-char": {"decision": decision, "comparisons": comps,
                                    "paper_gate_by_the_rule_post_hoc": post_hoc}}}
     (tmp_path / "lm_evidence").mkdir(parents=True)
@@ -158,6 +159,7 @@ def test_the_preregistered_row_maps_the_registered_rule_and_waits_while_pending(
     # the rule applied to the paper's gate post hoc is reported and decides nothing
     post = V.evidence_preregistered(done)["paper_gate_by_the_rule_post_hoc"]
     assert post["verdict"] == "supported" and "post hoc" not in str(v)
+    assert V.evidence_preregistered(done)["gate_by_tokenisation"]["width"] == 32
     # H2 must hold at every width: width 16 alone is reproduced, width 32's interval reaches 0
     assert V.evidence_preregistered(done)["dca_minus_matched"]["16"]["verdict"] == V.REPRODUCED
     assert v["H2 DCA beats matched vanilla"] == V.INCONCLUSIVE

@@ -149,6 +149,35 @@ def test_related_arms_are_holm_adjusted_over_the_arms_of_a_width():
     assert [out["vanilla"][k]["p_holm"] for k in p] == A.st.holm(list(p.values()))
 
 
+def test_the_gates_by_tokenisation_compare_corpora_unpaired_and_holm_adjusted():
+    # gate gap G = D(dca - dca_paper) at width 32: about +3 on "chars", +3 on "bytes", -3 on
+    # "bpe" (seed noise sd 0.5): only the pairs with "bpe" differ
+    rng = np.random.default_rng(5)
+
+    def corpus(g):
+        base = 3.0 + rng.normal(0, 0.01, 6)
+        records = {("dca_paper", 32): _record(np.exp(base)),
+                   ("dca", 32): _record(np.exp(base + (g + rng.normal(0, 0.5, 6)) / 100))}
+        return {"comparisons": {"dca-dca_paper": {"test_D": A.per_width_gaps(
+            records, "dca", "dca_paper")}}}
+
+    data = {"chars": corpus(3.0), "bytes": corpus(3.0), "bpe": corpus(-3.0),
+            "no gate arms": {"comparisons": {}}}
+    out = A.gate_by_tokenisation(data, 32)
+    assert list(out["G"]) == ["chars", "bytes", "bpe"]
+    assert set(out["pairs"]) == {"bytes - chars", "bpe - chars", "bpe - bytes"}
+    assert out["pairs"]["bpe - chars"]["mean"] == pytest.approx(-6.0, abs=1.0)
+    assert out["pairs"]["bpe - chars"]["p_holm"] < 0.05
+    assert out["pairs"]["bytes - chars"]["ci95"][0] < 0 < out["pairs"]["bytes - chars"]["ci95"][1]
+    p = [r["p_value"] for r in out["pairs"].values()]
+    assert [r["p_holm"] for r in out["pairs"].values()] == A.st.holm(p)
+    assert out["depends_on_tokenisation"] is True
+    same = A.gate_by_tokenisation({k: data[k] for k in ("chars", "bytes")}, 32)
+    assert same["depends_on_tokenisation"] is False
+    assert A.gate_by_tokenisation({"chars": data["chars"]}, 32)["depends_on_tokenisation"] is None
+    assert A.gate_by_tokenisation(data, 64)["pairs"] == {}
+
+
 def test_trajectory_and_equal_time_on_synthetic_curves():
     records = {("vanilla", 16): _record([10.0, 10.0], [(1, 2.0), (2, 1.0)]),
                ("dca", 16): _record([9.0, 9.0], [(1, 2.0), (2, 1.0)])}
@@ -188,6 +217,8 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert [p["tokens"] for p in d["trajectory"]["8"]] == [10 * 8 * 32, 20 * 8 * 32]
     assert primary["power_law"]["fit"] is None or primary["power_law"]["fit"]["n_points"] == 4
     assert set(primary["related"]["dca"]) == {"attn_res-w16"}
+    # the quick secondary grid has no paper's-gate arm: one corpus, so H3 is not read across
+    assert s["gate_by_tokenisation"]["depends_on_tokenisation"] is None
     paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
 
