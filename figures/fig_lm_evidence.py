@@ -6,6 +6,9 @@
     seed-clustered slope and its CI in the title.
 (b) D of the primary comparison on the whole validation split along training, against
     training tokens (log scale), one line per width (mean over seeds).
+(c) By corpus at the secondary width: each DCA arm against vanilla and the gate gap
+    D(dca - dca_paper) (H3), per seed and mean with its 95 % t-interval; the pairwise
+    corpus comparison of the gate gap (Welch, Holm) in the title once two corpora have it.
 Reads ``results_dir/lm_evidence/summary.json`` only; returns [] when it is absent.
 """
 
@@ -24,19 +27,58 @@ SHOWN = {"dca-vanilla": ("DCA (default gate) - vanilla", scheme_color("dca")),
          "dca_paper-vanilla": ("DCA (paper gate) - vanilla", "#7f7f7f"),
          "dca-vanilla_matched": ("DCA - param.-matched vanilla", "#d62728")}
 PRIMARY = "dca-vanilla"
+#: comparison -> (label, colour) of panel (c)
+BY_CORPUS = {"dca-vanilla": SHOWN["dca-vanilla"], "dca_paper-vanilla": SHOWN["dca_paper-vanilla"],
+             "dca-dca_paper": ("gate gap: default - paper", "#9467bd")}
 
 
 def rows_of(summary: dict) -> list[dict]:
-    """One CSV row per (comparison, width) of the primary dataset."""
-    data = summary["datasets"].get(summary["primary_data"], {})
+    """One CSV row per (dataset, comparison, width)."""
     rows = []
-    for comp, c in data.get("comparisons", {}).items():
-        for w, g in c["test_D"].items():
-            rows.append({"comparison": comp, "width": int(w), "D_mean": g["mean"],
-                         "ci_low": (g["ci95"] or [None, None])[0],
-                         "ci_high": (g["ci95"] or [None, None])[1], "p_holm": g["p_holm"],
-                         "n_seeds": g["n"]})
+    for name, data in summary["datasets"].items():
+        for comp, c in data.get("comparisons", {}).items():
+            for w, g in c["test_D"].items():
+                rows.append({"data": name, "comparison": comp, "width": int(w),
+                             "D_mean": g["mean"], "ci_low": (g["ci95"] or [None, None])[0],
+                             "ci_high": (g["ci95"] or [None, None])[1], "p_holm": g["p_holm"],
+                             "n_seeds": g["n"]})
     return rows
+
+
+def _mean_and_interval(ax, x, g, colour, label=None):
+    ax.scatter([x] * len(g["per_seed"]), g["per_seed"], s=6, color=colour, alpha=0.4)
+    lo, hi = g["ci95"] or [g["mean"], g["mean"]]
+    ax.errorbar([x], [g["mean"]], yerr=[[g["mean"] - lo], [hi - g["mean"]]], color=colour,
+                marker="o", ms=3, capsize=2, label=label)
+
+
+def _by_corpus(ax, summary: dict) -> None:
+    """Panel (c): the secondary width's comparisons on every corpus that has them."""
+    across = summary.get("gate_by_tokenisation") or {}
+    width = str(across.get("width", 32))
+    names = [n for n, d in summary["datasets"].items()
+             if any(width in d["comparisons"].get(c, {}).get("test_D", {}) for c in BY_CORPUS)]
+    labelled = set()
+    for i, name in enumerate(names):
+        comps = summary["datasets"][name]["comparisons"]
+        for j, (comp, (label, colour)) in enumerate(BY_CORPUS.items()):
+            g = comps.get(comp, {}).get("test_D", {}).get(width)
+            if g is not None:
+                _mean_and_interval(ax, i + 0.2 * (j - 1), g, colour,
+                                   None if comp in labelled else label)
+                labelled.add(comp)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xticks(range(len(names)), names, fontsize=6)
+    ax.set_xlim(-0.5, len(names) - 0.5)
+    ax.set_ylabel(f"D (test), width {width}")
+    if labelled:
+        ax.legend(fontsize=6)
+    tested = {k: r for k, r in (across.get("pairs") or {}).items() if r["p_holm"] is not None}
+    title = "by corpus"
+    if tested:
+        name, r = min(tested.items(), key=lambda kv: kv[1]["p_holm"])
+        title += f"; gate gap differs most: {name} {r['mean']:+.2f} (Holm p {r['p_holm']:.2g})"
+    ax.set_title(title, fontsize=7)
 
 
 def make(out_dir: Path, results_dir: Path) -> list[Path]:
@@ -47,21 +89,16 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     if not data:
         return []
     comps = data["comparisons"]
-    fig, (ax_w, ax_t) = figure(2, height=2.6)
+    fig, (ax_w, ax_t, ax_c) = figure(3, height=2.6)
     for j, (comp, (label, colour)) in enumerate(SHOWN.items()):
         if comp not in comps:
             continue
         widths = sorted(comps[comp]["test_D"], key=int)
         x = np.log2([int(w) for w in widths]) + 0.08 * (j - 1)
-        for xi, w in zip(x, widths):
-            g = comps[comp]["test_D"][w]
-            ax_w.scatter([xi] * len(g["per_seed"]), g["per_seed"], s=6, color=colour, alpha=0.4)
-        mean = [comps[comp]["test_D"][w]["mean"] for w in widths]
-        ci = [comps[comp]["test_D"][w]["ci95"] or [m, m] for w, m in zip(widths, mean)]
-        err = np.array([[m - lo for m, (lo, _) in zip(mean, ci)],
-                        [hi - m for m, (_, hi) in zip(mean, ci)]])
-        ax_w.errorbar(x, mean, yerr=err, color=colour, marker="o", ms=3, capsize=2,
-                      label=label)
+        for k, (xi, w) in enumerate(zip(x, widths)):
+            _mean_and_interval(ax_w, xi, comps[comp]["test_D"][w], colour,
+                               label if k == 0 else None)
+        ax_w.plot(x, [comps[comp]["test_D"][w]["mean"] for w in widths], color=colour, lw=1)
     ax_w.axhline(0, color="k", lw=0.6)
     ax_w.set_xticks(np.log2([int(w) for w in sorted(comps[PRIMARY]["test_D"], key=int)]))
     ax_w.set_xticklabels(sorted(comps[PRIMARY]["test_D"], key=int))
@@ -90,7 +127,10 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     ax_t.minorticks_off()
     ax_t.set_xlabel("training tokens")
     ax_t.set_ylabel("D (validation), DCA - vanilla")
-    ax_t.legend(fontsize=6)
+    if ax_t.get_legend_handles_labels()[0]:  # no trajectory before the first evaluation
+        ax_t.legend(fontsize=6)
+    _by_corpus(ax_c, summary)
     return save(fig, out_dir, NAME, rows=rows_of(summary),
                 data={"trajectory": comps[PRIMARY]["trajectory"],
-                      "decision": decision})
+                      "decision": decision,
+                      "gate_by_tokenisation": summary.get("gate_by_tokenisation")})

@@ -178,6 +178,37 @@ def test_the_gates_by_tokenisation_compare_corpora_unpaired_and_holm_adjusted():
     assert A.gate_by_tokenisation(data, 64)["pairs"] == {}
 
 
+def test_the_figure_shows_every_corpus_and_the_gate_comparison(tmp_path):
+    import csv
+    import json
+
+    from figures import fig_lm_evidence
+
+    arms = {"dca": lambda i, noise: -2 + i + noise, "dca_paper": lambda i, noise: -3 + noise / 3,
+            "vanilla_matched": lambda i, noise: i + noise}
+    datasets = {}
+    for name, seed in (("chars", 6), ("bytes", 7)):
+        records = _three_widths(seed, arms)
+        if name == "bytes":  # a secondary corpus: width 32 only
+            records = {k: r for k, r in records.items() if k[1] == 32}
+        curves = {k: {"step_time": np.ones(2), "eval_steps": np.array([1, 2]),
+                      "eval_valid_loss": np.full((2, 6), 1.0)} for k in records}
+        datasets[name] = A.summarise(records, curves, {k: 1 for k in records}, range(6), 1,
+                                     primary=name == "chars", widths=(16, 32, 64))
+    summary = {"primary_data": "chars", "datasets": datasets,
+               "gate_by_tokenisation": A.gate_by_tokenisation(datasets, 32)}
+    (tmp_path / "lm_evidence").mkdir()
+    (tmp_path / "lm_evidence" / "summary.json").write_text(json.dumps(summary))
+    paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path)
+    with open(tmp_path / "fig" / "fig_lm_evidence.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["data"], r["width"]) for r in rows if r["comparison"] == "dca-dca_paper"} == {
+        ("chars", "16"), ("chars", "32"), ("chars", "64"), ("bytes", "32")}
+    saved = json.loads((tmp_path / "fig" / "fig_lm_evidence.json").read_text())
+    assert set(saved["gate_by_tokenisation"]["pairs"]) == {"bytes - chars"}
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
 def test_trajectory_and_equal_time_on_synthetic_curves():
     records = {("vanilla", 16): _record([10.0, 10.0], [(1, 2.0), (2, 1.0)]),
                ("dca", 16): _record([9.0, 9.0], [(1, 2.0), (2, 1.0)])}
