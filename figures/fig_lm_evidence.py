@@ -77,7 +77,7 @@ def _by_corpus(ax, summary: dict) -> None:
     title = "by corpus"
     if tested:
         name, r = min(tested.items(), key=lambda kv: kv[1]["p_holm"])
-        title += f"; gate gap differs most: {name} {r['mean']:+.2f} (Holm p {r['p_holm']:.2g})"
+        title += f"\ngate gap, most different: {name} {r['mean']:+.2f} (Holm p {r['p_holm']:.2g})"
     ax.set_title(title, fontsize=7)
 
 
