@@ -68,7 +68,8 @@ def _by_corpus(ax, summary: dict) -> None:
                                    None if comp in labelled else label)
                 labelled.add(comp)
     ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(range(len(names)), names, fontsize=6)
+    # corpus names run long ("python-stdlib-bpe"): break after the first hyphen so they fit
+    ax.set_xticks(range(len(names)), [n.replace("-", "-\n", 1) for n in names], fontsize=6)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(f"D (test), width {width}")
     if labelled:
@@ -77,7 +78,8 @@ def _by_corpus(ax, summary: dict) -> None:
     title = "by corpus"
     if tested:
         name, r = min(tested.items(), key=lambda kv: kv[1]["p_holm"])
-        title += f"\ngate gap, most different: {name} {r['mean']:+.2f} (Holm p {r['p_holm']:.2g})"
+        title += (f"\ngate gap, most different:\n{name} {r['mean']:+.2f} "
+                  f"(Holm p {r['p_holm']:.2g})")
     ax.set_title(title, fontsize=7)
 
 
