@@ -125,7 +125,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_closed_streams() -> bool:
+    """Point closed standard descriptors (``dca-theory ... >&-``) at /dev/null, so that no file
+    opened later takes descriptor 1 and receives what is printed; True if stdout was closed."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:  # lowest first: os.open returns the lowest free descriptor
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if sys.stderr is None and 2 in closed:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
+    if sys.stdout is None and 1 in closed:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    return 1 in closed
+
+
 def main(argv: list[str] | None = None) -> int:
+    if _attach_closed_streams():  # before any work: its results would have nowhere to go
+        return _fail("standard output is closed, so the results would be lost; redirect it "
+                     "instead (e.g. >/dev/null or >out.txt)", 1)
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["lm"]:

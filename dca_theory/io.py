@@ -39,13 +39,26 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def make_dirs(path: str | Path) -> Path:
+    """``mkdir -p path``. A file system that refuses new folders (``/proc``, ``/sys``) answers
+    "No such file or directory" although every parent exists: that is reported as the OS error
+    it is (exit 1), not as a missing input file (exit 2)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileNotFoundError as err:
+        raise OSError(f"cannot create the folder {path}: {err.strerror} (the file system "
+                      f"refuses new folders there)") from None
+    return path
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """A file handle whose content appears at ``path`` only when the block ends without an
     error: written to a temporary file in the same folder, then ``os.replace`` d over ``path``
     (a kill mid-write leaves the previous file intact). ``mode`` is ``"w"`` or ``"wb"``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
@@ -130,7 +143,7 @@ class RunDir:
                 f"run directory {self.path} already holds a finished run (summary.json); "
                 "pass overwrite=True / --overwrite or choose another --out"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path)
         (self.path / "summary.json").unlink(missing_ok=True)
         (self.path / "metrics.jsonl").unlink(missing_ok=True)
         write_json(self.path / "config.json", config)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -110,7 +111,10 @@ def _coerce(text: str, tp: Any, depth: int = 0) -> Any:
     if tp is int:
         return int(text)
     if tp is float:
-        return float(text)
+        value = float(text)
+        if not math.isfinite(value):  # no setting means "infinite" or "not a number"
+            raise ValueError("expected a finite float; nan and inf are never valid")
+        return value
     if tp in (str, Path):
         return tp(text)
     raise ValueError(f"fields of type {type_name(tp)} cannot be set from the command line")
@@ -157,7 +161,8 @@ def _changes(config: Any, path: list[str], text: str, key: str, valid: list[str]
     try:
         value = _coerce(text, fields[name])
     except ValueError as err:
-        detail = str(err) if "cannot be set" in str(err) else f"expected {type_name(fields[name])}"
+        detail = (str(err) if "cannot be set" in str(err) or "finite" in str(err)
+                  else f"expected {type_name(fields[name])}")
         raise ValueError(f"bad value for setting {key!r}: {text!r} ({detail})") from None
     return name, value
 

@@ -9,6 +9,8 @@ import importlib
 import pkgutil
 from pathlib import Path
 
+from dca_theory.io import make_dirs
+
 
 def figure_modules(kind: str | None = None):
     """The figure modules, sorted by name, optionally only those of one KIND."""
@@ -23,7 +25,7 @@ def figure_modules(kind: str | None = None):
 
 def make_all(out_dir: Path, results_dir: Path, *, experiments: bool = False) -> list[Path]:
     """Draw the theory figures (and, with ``experiments=True``, those of saved results)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     paths: list[Path] = []
     for mod in figure_modules("theory"):
         paths += mod.make(out_dir, results_dir)

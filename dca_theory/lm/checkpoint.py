@@ -19,7 +19,10 @@ next older one, saying which one it skipped and why. Nothing here deletes a dama
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +84,16 @@ class Checkpointer:
                              f"{', '.join(map(str, available))}); they are kept on disk")
         raise FileNotFoundError(f"no checkpoint in {self.directory}")
 
+    def meta(self, step: int) -> dict | None:
+        """The ``meta`` item of checkpoint ``step`` alone, or None if it does not read."""
+        try:
+            with _draining_loops():
+                restored = self._manager.restore(
+                    step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            return dict(restored["meta"])
+        except Exception:  # a damaged checkpoint: restore_newest names it
+            return None
+
     def save(self, step: int, state, meta: dict) -> None:
         """Start an (asynchronous) save of ``state`` at ``step``; see :meth:`wait`."""
         args = ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
@@ -95,7 +108,8 @@ class Checkpointer:
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _flat(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                   meta=ocp.args.JsonRestore())
-        restored = self._manager.restore(step, args=args)
+        with _draining_loops():
+            restored = self._manager.restore(step, args=args)
         flat = restored["state"]
         leaves = [flat[k] for k in sorted(flat)]
         treedef = jax.tree_util.tree_structure(template)
@@ -106,6 +120,61 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+class _DrainingLoop(asyncio.SelectorEventLoop):
+    """An event loop that lets its unfinished tasks finish before it closes.
+
+    Orbax runs a restore in a fresh loop and closes it as soon as one array read fails; the
+    reads of the other arrays were still running in TensorStore's threads, and each posted its
+    completion to the closed loop ("Event loop is closed", printed from those threads after the
+    one line naming the damaged checkpoint). Draining them first leaves nothing to complain."""
+
+    def close(self) -> None:
+        if not self.is_running() and not self.is_closed():
+            pending = [t for t in asyncio.all_tasks(self) if not t.done()]
+            if pending:
+                self.run_until_complete(asyncio.wait(pending, timeout=_DRAIN_TIMEOUT_S))
+            for task in pending:  # retrieved here, so asyncio never logs them as lost
+                if task.done() and not task.cancelled():
+                    task.exception()
+        super().close()
+
+
+_DRAIN_TIMEOUT_S = 60.0
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+    _loop_factory = _DrainingLoop
+
+
+@contextlib.contextmanager
+def _draining_loops():
+    """Orbax's restores inside the block run in :class:`_DrainingLoop` s."""
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingPolicy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(previous)
+
+
+class _QuietOrbaxErrors(logging.Filter):
+    """Drop orbax's own error logs (a traceback from each of its background threads): every
+    failure they report also reaches the caller as an exception, which the CLI prints as one
+    line (a full disk printed 54 tracebacks before the one line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+def _quiet_orbax() -> None:
+    logger = logging.getLogger("absl")  # orbax logs through absl.logging
+    if not any(isinstance(f, _QuietOrbaxErrors) for f in logger.filters):
+        logger.addFilter(_QuietOrbaxErrors())
+
+
+_quiet_orbax()
 
 
 def _collect_abandoned_reads() -> None:

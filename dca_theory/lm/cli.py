@@ -115,12 +115,19 @@ def _configs(args) -> tuple[ModelConfig, LMTrainConfig]:
         gated = ", ".join(n for n in schemes.names(lm=True) if schemes.get(n).gated)
         raise ValueError(f"--grn-gate {args.grn_gate} needs a residual with GRN-v3's gate "
                          f"({gated}); got {model_cfg.residual}")
+    changes = {}
     for flag, field, _, _ in _MODEL_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
-            model_cfg = model_cfg.replace(**{field: value})
+            changes[field] = value
             if field == "dropout":
-                model_cfg = model_cfg.replace(attn_dropout=value)
+                changes["attn_dropout"] = value
+    # all at once: --d-model 6 --heads 2 is judged as a pair, not against the preset's heads
+    model_cfg = model_cfg.replace(**changes)
+    if model_cfg.k is not None and model_cfg.k > model_cfg.n_layers:
+        raise ValueError(f"--k {model_cfg.k} exceeds the {model_cfg.n_layers} layer(s) of the "
+                         f"model; valid: 0 to {model_cfg.n_layers} (or leave --k out for full "
+                         "DCA)")
     train_cfg = TRAIN_PRESETS[args.preset]
     for flag, field, _, _ in _TRAIN_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
@@ -178,6 +185,8 @@ def _cmd_sample(args) -> int:
 
     if not args.temperature >= 0 or args.temperature == float("inf"):  # checked before loading
         raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if not 0 <= args.seed < 2**31:  # as lm train's --seed
+        raise ValueError(f"--seed must be in [0, 2**31), got {args.seed}")
     model, tokenizer, model_cfg, _ = load_run(args.workdir, step=args.checkpoint_step)
     prompt = tokenizer.encode(args.prompt)
     if tokenizer.kind == "word":  # encode() ends every line with <eos>; continue the line instead

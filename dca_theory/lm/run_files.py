@@ -9,6 +9,7 @@ file), so the CLI can print them as they are.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import shutil
@@ -21,11 +22,13 @@ from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.train_config import LMTrainConfig
 
-# Settings that may change when a run is resumed: how long it trains, where the data lives, and
-# how often it logs, evaluates and checkpoints. Everything else defines the run.
+# Settings that may change when a run is resumed: how long it trains, where the data lives,
+# how often it logs, evaluates and checkpoints, and the peak learning rate (a diverged run
+# continues from its last good checkpoint at a lower rate; the change is logged in
+# metrics.jsonl). Everything else defines the run.
 RESUMABLE_CHANGES: tuple[str, ...] = (
     "steps", "data_dir", "progress", "fsdp", "log_every", "eval_every", "eval_batches",
-    "checkpoint_every", "keep_checkpoints")
+    "checkpoint_every", "keep_checkpoints", "lr")
 CONFIG_KEYS: tuple[str, ...] = ("model", "train", "corpus_sha256")
 
 
@@ -124,6 +127,24 @@ def check_resume_compatible(workdir: Path, model_cfg: ModelConfig, train_cfg: LM
                          "choose a new --workdir")
 
 
+def check_checkpoints_match(workdir: Path, model_cfg: ModelConfig, ckpt: Checkpointer) -> None:
+    """A ``config.json`` edited after the checkpoints were written (another residual, another
+    width) is named with the field and both values; otherwise every checkpoint would fail to
+    restore and be blamed. Checkpoints record their model config (older ones do not: skipped)."""
+    current = to_jsonable(model_cfg)
+    for step in ckpt.steps()[::-1]:
+        saved = (ckpt.meta(step) or {}).get("model")
+        if not isinstance(saved, dict):
+            continue
+        for key in sorted(saved):
+            if key in current and saved[key] != current[key]:
+                raise ValueError(f"{Path(workdir) / 'config.json'}: model.{key} is "
+                                 f"{current[key]!r} but checkpoint step {step} was trained with "
+                                 f"{saved[key]!r}; restore config.json (the checkpoints are "
+                                 "intact)")
+        return
+
+
 # ----------------------------------------------------------------------------- metrics.jsonl
 
 
@@ -147,8 +168,28 @@ def read_metrics(path: Path) -> list[dict]:
                              "that line") from None
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise ValueError(f"{path} line {number}: expected an object with an integer 'step'")
+        for key, value in record.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{path} line {number}: {key} must be a number, got "
+                                 f"{value!r}; fix or delete that line")
         records.append(record)
     return records
+
+
+def check_history(path: Path, records: list[dict], start: int, steps: int) -> None:
+    """Refuse to resume from step ``start`` without the history that the checkpoint continues
+    (a fresh start creates ``metrics.jsonl`` at once, so a missing file was removed): training
+    losses cannot be rebuilt from a checkpoint, and a summary without them would claim NaN."""
+    if start == 0:
+        return
+    remedy = ("restore it, or train afresh in another --workdir (the checkpoints here are "
+              "kept)")
+    if not path.is_file():
+        raise ValueError(f"{path} is missing but the run has a checkpoint at step {start}; "
+                         f"{remedy}")
+    if start == steps and not any(r["step"] == start and "loss" in r for r in records):
+        raise ValueError(f"{path} has no training loss at step {start}, the run's last step "
+                         f"(the file was cut short or edited); {remedy}")
 
 
 def rewrite_metrics(path: Path, keep: Callable[[dict], bool]) -> list[dict]:
@@ -185,6 +226,7 @@ def resume(workdir: Path, train_cfg: LMTrainConfig, template) -> tuple[int, obje
     try:
         for folder in ckpt.unfinished():
             print(f"ignoring {folder}: a checkpoint save that a kill interrupted (never restored)")
+        check_checkpoints_match(workdir, load_record(workdir)[0], ckpt)
         start, state, meta = ckpt.restore_newest(template)
         damaged = [s for s in ckpt.steps() if s > start]
     finally:
@@ -204,19 +246,38 @@ def resume(workdir: Path, train_cfg: LMTrainConfig, template) -> tuple[int, obje
 
 
 def out_of_memory(err: BaseException) -> bool:
-    return isinstance(err, MemoryError) or "RESOURCE_EXHAUSTED" in str(err)[:2000]
+    return isinstance(err, MemoryError) or (
+        "RESOURCE_EXHAUSTED" in str(err)[:2000] and not disk_full(err))
+
+
+def disk_full(err: BaseException) -> bool:
+    """ENOSPC, raised by Python or reported by TensorStore (which calls it RESOURCE_EXHAUSTED)."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    text = str(err)[:4000]
+    return "No space left on device" in text or "os_error_code='28'" in text
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
 
 
 def memory_message(err: BaseException, workdir: Path, ckpt, finished: bool) -> str:
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
     if not finished:
-        return (f"out of memory before the first checkpoint ({first}); nothing was kept in "
-                f"{workdir}: retry with a smaller --batch-size or more --grad-accum")
-    return (f"out of memory ({first}); the run in {workdir} resumes from its newest checkpoint "
-            f"(step {max(ckpt.steps())}) with the same command, or remove it with: "
+        return (f"out of memory before the first checkpoint ({_first_line(err)}); nothing was "
+                f"kept in {workdir}: retry with a smaller --batch-size or more --grad-accum")
+    return (f"out of memory ({_first_line(err)}); the run in {workdir} resumes from its newest "
+            f"checkpoint (step {max(ckpt.steps())}) with the same command, or remove it with: "
             f"rm -r {workdir}")
 
 
+def disk_full_message(workdir: Path, ckpt, finished: bool) -> str:
+    if not finished:
+        return (f"disk full (no space left on device) before the first checkpoint; nothing was "
+                f"kept in {workdir}: free some space or choose a --workdir on another disk")
+    return (f"disk full (no space left on device); the run in {workdir} resumes from its "
+            f"newest checkpoint (step {max(ckpt.steps())}) with the same command once space "
+            "is freed")
 
 
 class StartFiles:

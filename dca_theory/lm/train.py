@@ -20,6 +20,7 @@ the step's metrics and the parameters were checked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -32,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from dca_theory.io import environment, write_json
+from dca_theory.io import environment, to_jsonable, write_json
 from dca_theory.lm import data as lm_data
-from dca_theory.lm import run_files
+from dca_theory.lm import run_files, workdir_lock
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
@@ -118,19 +119,31 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
 
     ``init_from`` starts from the trained model of another run (retrofitting: a vanilla run
     continued as DCA / k-DCA / GRN); the optimiser state starts fresh. ``hooks`` are called with
-    the number of completed steps after each step (tests use one to simulate a crash).
+    the number of completed steps after each step (tests use one to simulate a crash). A second
+    trainer on the same ``workdir`` is turned away at once (:mod:`dca_theory.lm.workdir_lock`).
     """
     workdir = Path(workdir)
     run_files.check_workdir(workdir)
+    if jax.process_index() != 0:  # a multi-host run: its first process holds the directory
+        return _train(model_cfg, train_cfg, workdir, build, init_from, hooks)
+    with workdir_lock.hold(workdir):
+        return _train(model_cfg, train_cfg, workdir, build, init_from, hooks)
+
+
+def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, build: Builder,
+           init_from: str | Path | None, hooks: Sequence[Callable[[int], None]]) -> dict:
     train_cfg = train_cfg.validate()
     train_cfg = train_cfg.replace(data=run_files.normalise_data(train_cfg.data))
     init_from = Path(init_from) if init_from is not None else None
     resuming = run_files.holds_run(workdir)
     fingerprint = run_files.corpus_fingerprint(train_cfg.data)
+    stored_lr = None
     if resuming:  # before the corpus is tokenised (the data, hence the saved tokenizer, set
         # vocab_size): a changed setting fails at once
+        stored_model, stored_train = load_configs(workdir)
         run_files.check_resume_compatible(workdir, model_cfg.replace(
-            vocab_size=load_configs(workdir)[0].vocab_size), train_cfg, fingerprint)
+            vocab_size=stored_model.vocab_size), train_cfg, fingerprint)
+        stored_lr = stored_train.lr
     corpus = _load_corpus(train_cfg, workdir if resuming else None, init_from)
     model_cfg, seq_len = resolve_configs(model_cfg, train_cfg, corpus)
     if resuming:
@@ -155,6 +168,9 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     if resuming:  # restore before writing anything: no checkpoint restoring is an error
         start, (params, opt_state, rng) = run_files.resume(workdir, train_cfg,
                                                            (params, opt_state, rng))
+        metrics_path = workdir / "metrics.jsonl"
+        run_files.check_history(metrics_path, run_files.read_metrics(metrics_path), start,
+                                train_cfg.steps)
 
     # Everything is validated (the model built, the checkpoint restored): only now write.
     fresh = None if resuming else run_files.StartFiles(workdir)
@@ -164,10 +180,16 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
         write_json(workdir / "config.json", run_files.config_record(model_cfg, train_cfg,
                                                                     fingerprint))
         corpus.tokenizer.save(workdir / "tokenizer.json")
+        if fresh is not None:  # the history exists from the start (see check_history)
+            (workdir / "metrics.jsonl").write_text("")
         (workdir / "summary.json").unlink(missing_ok=True)
         # keep the history up to the checkpoint: later lines are redone, not repeated
         history = run_files.rewrite_metrics(workdir / "metrics.jsonl",
                                             lambda r: r["step"] <= start)
+        if stored_lr is not None and stored_lr != train_cfg.lr:
+            run_files.append_metrics(workdir / "metrics.jsonl", {
+                "step": start, "lr_from": stored_lr, "lr_to": train_cfg.lr})
+            print(f"peak learning rate changed from {stored_lr} to {train_cfg.lr} at step {start}")
         ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
         step_fn = jax.jit(make_train_step(static, optimizer, train_cfg),
                           in_shardings=(param_sh, opt_sh, rep, batch_sh, rep),
@@ -200,7 +222,8 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
                     if not bool(all_finite(params)):
                         raise loop.non_finite(f"non-finite parameters after step {done}")
                     ckpt.save(done, (params, opt_state, rng),
-                              {"step": done, "data_step": done, "seed": train_cfg.seed})
+                              {"step": done, "data_step": done, "seed": train_cfg.seed,
+                               "model": to_jsonable(model_cfg)})
                 if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
                     loop.flush()
                     result = evaluate_lm(eval_fn, params, corpus.valid, **eval_kw,
@@ -218,12 +241,15 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
                 loop.log_eval(train_cfg.steps, split, final[split])
     except BaseException as err:
         if ckpt is not None:
-            ckpt.wait()
+            with contextlib.suppress(Exception):  # a failed save raises again here; err says it
+                ckpt.wait()
         finished = ckpt is not None and bool(ckpt.steps())
         if ckpt is not None:
             ckpt.close()
         if fresh is not None and not finished:
             fresh.remove()  # a start that failed before its first checkpoint leaves nothing
+        if run_files.disk_full(err):
+            raise OSError(run_files.disk_full_message(workdir, ckpt, finished)) from None
         if run_files.out_of_memory(err):
             raise MemoryError(run_files.memory_message(err, workdir, ckpt, finished)) from None
         raise
@@ -286,7 +312,8 @@ class _Loop:
     def non_finite(self, what: str) -> NonFiniteLossError:
         self.ckpt.wait()
         last = self.ckpt.steps()
-        where = (f"Last good checkpoint: step {last[-1]} in {self.ckpt.directory}" if last else
+        where = (f"Last good checkpoint: step {last[-1]} in {self.ckpt.directory} (the same "
+                 "command with a lower --lr resumes from it)" if last else
                  "No checkpoint had been written, so nothing was kept")
         return NonFiniteLossError(f"{what}; stopped. {where}")
 
@@ -324,6 +351,7 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
     try:
         for folder in ckpt.unfinished():
             notify(f"ignoring {folder}: a checkpoint save that a kill interrupted")
+        run_files.check_checkpoints_match(workdir, model_cfg, ckpt)
         step, (params, _, _), _ = ckpt.restore_newest((params, opt_state, rng), step=step,
                                                       notify=notify)
     finally:

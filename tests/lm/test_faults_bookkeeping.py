@@ -152,10 +152,10 @@ def test_changed_corpus_is_refused_and_a_relative_path_to_it_resumes(run, corpus
         lm_train.train_and_evaluate(MODEL, run_cfg(changed, steps=8), run, build=build_bigram)
 
 
-def test_changed_lr_on_resume_is_refused_naming_the_stored_value(run, corpus):
+def test_changed_optimiser_on_resume_is_refused_naming_the_stored_value(run, corpus):
     config = (run / "config.json").read_text()
-    with pytest.raises(ValueError, match=r"train\.lr \(stored 0\.0016, given 0\.01\)"):
-        lm_train.train_and_evaluate(MODEL, run_cfg(corpus, lr=0.01, steps=6), run,
+    with pytest.raises(ValueError, match=r"train\.weight_decay \(stored 0\.1, given 0\.01\)"):
+        lm_train.train_and_evaluate(MODEL, run_cfg(corpus, weight_decay=0.01, steps=6), run,
                                     build=build_bigram)
     assert (run / "config.json").read_text() == config
 
