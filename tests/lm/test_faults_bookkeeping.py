@@ -227,3 +227,40 @@ def test_eval_of_a_diverged_checkpoint_is_an_error(run):
     ckpt.close()
     with pytest.raises(lm_train.NonFiniteLossError, match=r"checkpoint step 6 .* non-finite"):
         lm_train.evaluate_run(run, ("valid",), build=build_bigram)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.unlink(), r"metrics\.jsonl is missing but the run has a checkpoint at step 4"),
+    (lambda p: p.write_text(""), r"has no training loss at step 4, the run's last step"),
+    (lambda p: p.write_text("\n".join(p.read_text().splitlines()[:2]) + "\n"),
+     r"has no training loss at step 4"),
+    (lambda p: p.write_text(p.read_text().replace('"loss": ', '"loss": "x", "was": ', 1)),
+     r"metrics\.jsonl line 1: loss must be a number, got 'x'"),
+    (lambda p: p.write_text(p.read_text().replace('"step": 1,', '"step": 1, "lr": null,', 1)),
+     r"metrics\.jsonl line 1: lr must be a number, got None"),
+])
+def test_missing_or_damaged_history_is_refused_and_no_nan_summary_written(run, corpus, damage,
+                                                                          message):
+    """A finished run whose metrics.jsonl went missing cannot rebuild its training losses from
+    a checkpoint: refused in one line instead of a summary with final_train_loss NaN."""
+    summary = (run / "summary.json").read_text()
+    damage(run / "metrics.jsonl")
+    with pytest.raises(ValueError, match=message) as err:
+        lm_train.train_and_evaluate(MODEL, run_cfg(corpus), run, build=build_bigram)
+    assert "\n" not in str(err.value)
+    assert (run / "summary.json").read_text() == summary  # neither removed nor rewritten
+
+
+def test_config_naming_another_residual_is_named_not_the_checkpoints(run, corpus):
+    record = json.loads((run / "config.json").read_text())
+    assert record["model"]["residual"] == "vanilla"
+    record["model"]["residual"] = "dca"
+    (run / "config.json").write_text(json.dumps(record))
+    expected = (r"config\.json: model\.residual is 'dca' but checkpoint step 4 was trained "
+                r"with 'vanilla'; restore config\.json")
+    with pytest.raises(ValueError, match=expected):
+        lm_train.evaluate_run(run, ("valid",), build=build_bigram)
+    with pytest.raises(ValueError, match=expected):  # a resume with matching flags, too
+        lm_train.train_and_evaluate(MODEL.replace(residual="dca"), run_cfg(corpus, steps=6),
+                                    run, build=build_bigram)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "4"]

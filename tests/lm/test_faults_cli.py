@@ -144,3 +144,54 @@ def test_closed_pipe_is_one_line_exit_1(tmp_path):
     assert proc.wait(timeout=120) == 1
     assert err.strip() == ("dca-theory: error: output closed before it was all written "
                            "(broken pipe)"), err
+
+
+@pytest.mark.parametrize("argv", [["lm", "info"], ["run", "--list"], ["lm", "info", "--preset",
+                                                                       "tiny"]])
+def test_closed_stdout_is_one_line_exit_1_before_any_work(argv):
+    """``dca-theory lm info >&-``: no descriptor 1 at all (not a pipe whose reader left)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m",
+                           "dca_theory.cli", *argv], cwd=REPO, env=env,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == ("dca-theory: error: standard output is closed, so the results "
+                                   "would be lost; redirect it instead (e.g. >/dev/null or "
+                                   ">out.txt)"), proc.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc")
+def test_folders_under_proc_are_os_errors_exit_1(tmp_path, capsys, data_dir):
+    """``/proc`` refuses new folders with "No such file or directory": an OS error, not input."""
+    assert main(["lm", "train", "--preset", "tiny", "--workdir", "/proc/dca-theory-test/run",
+                 "--no-progress", "--data-dir", str(data_dir), "--data", "shakespeare"]) == 1
+    assert "cannot create the folder /proc/dca-theory-test" in one_error_line(capsys)
+    assert main(["figures", "--out", "/proc/dca-theory-test"]) == 1
+    assert "cannot create the folder /proc/dca-theory-test" in one_error_line(capsys)
+
+
+def test_model_flags_are_validated_together_after_all_are_applied(capsys):
+    """The tiny preset has 4 heads: 6 is not divisible by 4, but by the 2 heads given too."""
+    from dca_theory.lm.cli import _configs, build_parser
+
+    args = build_parser().parse_args(["train", "--d-model", "6", "--heads", "2"])
+    model_cfg, _ = _configs(args)
+    assert (model_cfg.d_model, model_cfg.n_heads) == (6, 2)
+    assert main(["lm", "train", "--d-model", "6", "--heads", "4"]) == 2
+    assert "d_model=6 must be divisible by n_heads=4" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "fig1", "--show", "--set", "init_std=inf"],
+     "bad value for setting 'init_std': 'inf' (expected a finite float"),
+    (["run", "fig1", "--show", "--set", "init_std=nan"], "'nan' (expected a finite float"),
+    (["lm", "sample", "--workdir", "WORKDIR", "--prompt", "x", "--seed", "-3"],
+     "--seed must be in [0, 2**31), got -3"),
+    (["lm", "train", "--residual", "dca", "--k", "5", "--layers", "1", "--workdir", "WORKDIR"],
+     "--k 5 exceeds the 1 layer(s) of the model; valid: 0 to 1"),
+])
+def test_lax_inputs_are_refused_in_one_line_exit_2(argv, message, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    assert main([str(workdir) if a == "WORKDIR" else a for a in argv]) == 2
+    assert message in one_error_line(capsys)
+    assert not workdir.exists()
