@@ -34,7 +34,7 @@ MODEL = PRESETS["tiny"].replace(d_model=16, max_len=16)
 # "limit:KIB" caps the address space after the imports (as `ulimit -v` would, but past the
 # start-up that a shell-wide limit can already break), "eval" runs `dca-theory lm eval`.
 WORKER = """
-import resource, sys
+import functools, resource, sys
 sys.path.insert(0, {here!r})
 import jax
 jax.config.update("jax_enable_x64", False)
@@ -46,7 +46,7 @@ from dca_theory.lm.train_config import TRAIN_PRESETS
 
 workdir, corpus, steps, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if mode == "eval":  # the CLI builds the zoo's model; this run holds the stand-in
-    lm_train.evaluate_run.__kwdefaults__["build"] = build_bigram
+    lm_train.evaluate_run = functools.partial(lm_train.evaluate_run, build=build_bigram)
     sys.exit(cli.main(["lm", "eval", "--workdir", workdir, "--split", "valid"]))
 cfg = TRAIN_PRESETS["tiny"].replace(
     data=corpus, bpe_vocab_size=260, batch_size=4, steps=steps, warmup_steps=2, log_every=1,
