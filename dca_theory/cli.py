@@ -12,8 +12,11 @@ never load training code):
 * ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
 
 Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2; OS errors
-(permissions, a full disk, a closed pipe as in ``dca-theory verify --json | head``) and running
-out of memory print one line and exit with status 1. No entry point prints a traceback for these.
+(permissions, a full disk, a folder the file system refuses such as one under ``/proc``, a closed
+pipe as in ``dca-theory verify --json | head``, a closed stdout as in ``dca-theory lm info >&-``,
+a run directory in use by another ``lm train``) and running out of memory print one line and
+exit with status 1. No entry point prints a traceback for these. (A runtime that aborts, as
+XLA does with ``std::bad_alloc`` under ``ulimit -v``, cannot be caught: see README.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ A checkpoint is the folder ``WORKDIR/checkpoints/<step>/`` with two items:
   (the tree *structure* is rebuilt from a freshly initialised model, so Equinox modules and
   optax named tuples need no special serialisation);
 * ``meta``: JSON with ``step``, ``data_step`` (the position of the deterministic data stream,
-  see :mod:`dca_theory.lm.data`), the seed and the configs.
+  see :mod:`dca_theory.lm.data`), the seed and ``model`` (the model config, so that a
+  ``config.json`` edited later is named as the error, not the checkpoints).
 
 Orbax writes each step into a temporary folder and renames it when complete, so a run killed
 while saving leaves the previous checkpoint intact and the partial one is never restored (such a

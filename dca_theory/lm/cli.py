@@ -9,9 +9,11 @@ Typical session (tiny model, Penn Treebank, a few minutes on a laptop CPU)::
     dca-theory lm info --preset paper
 
 User errors raise ``ValueError``/``FileNotFoundError``, which ``dca-theory`` prints as one line
-``dca-theory: error: ...`` with exit status 2; OS and memory errors are one line with status 1.
-Every setting is validated before the work directory is touched. A non-finite loss stops
-training with status 3 (and ``eval`` of a diverged checkpoint exits 3).
+``dca-theory: error: ...`` with exit status 2; OS and memory errors (a full disk, a work directory
+that another ``train`` holds) are one line with status 1. Every setting is validated, all flags
+together, before the work directory is written. A non-finite loss stops training with status 3
+(and ``eval`` of a diverged checkpoint exits 3); the same command with a lower ``--lr`` resumes
+from the last good checkpoint.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from lm_train_helpers import build_bigram, float32, write_word_corpus
 
+from dca_theory.io import to_jsonable
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import PRESETS
@@ -103,7 +104,7 @@ def test_checkpoint_holds_state_step_rng_and_data_position(two_step_run, corpus)
         (_, opt_state, rng), meta = ckpt.restore(template)
     finally:
         ckpt.close()
-    assert meta == {"step": 2, "data_step": 2, "seed": 0}
+    assert meta == {"step": 2, "data_step": 2, "seed": 0, "model": to_jsonable(model_cfg)}
     counts = [int(x) for x in jax.tree_util.tree_leaves(opt_state) if x.dtype == jnp.int32]
     assert counts and set(counts) == {2}  # AdamW has made exactly two updates
     expected_rng = jax.random.split(jax.random.PRNGKey(cfg.seed))[1]
