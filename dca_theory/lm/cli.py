@@ -190,7 +190,7 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from dca_theory.lab.paper_param_counts import info_table
+    from dca_theory.lm.paper_param_counts import info_table
 
     cfg = PRESETS[args.preset]
     if args.vocab_size is not None:
