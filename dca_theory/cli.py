@@ -20,32 +20,60 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import pkgutil
 import sys
 from pathlib import Path
+from types import ModuleType
+
+
+def bundled(name: str) -> ModuleType:
+    """The ``experiments`` or ``figures`` package, wherever this copy of dca_theory keeps it.
+
+    An installed wheel ships them inside the package (``dca_theory.experiments``), so that it
+    claims no generic top-level name; a checkout keeps them at the repository root beside
+    ``dca_theory/``, importable as top-level packages (the editable install and the tests put
+    the root on ``sys.path``). Their modules import each other relatively, so either name works.
+    A top-level package of the same name from elsewhere (a user's own ``experiments``) is refused
+    rather than run.
+    """
+    if name not in ("experiments", "figures"):
+        raise ValueError(f"unknown bundled package {name!r}; valid: experiments, figures")
+    if importlib.util.find_spec(f"dca_theory.{name}") is not None:
+        return importlib.import_module(f"dca_theory.{name}")
+    beside = Path(__file__).resolve().parents[1] / name
+    spec = importlib.util.find_spec(name)
+    found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    if found != beside:
+        raise FileNotFoundError(
+            f"dca_theory has no {name} package: neither dca_theory.{name} (installed wheel) nor "
+            f"{beside} (checkout) is importable{f'; found {found} instead' if found else ''}")
+    return importlib.import_module(name)
 
 
 def _experiment_names() -> list[str]:
-    import experiments
-
     return sorted(
-        m.name for m in pkgutil.iter_modules(experiments.__path__)
+        m.name for m in pkgutil.iter_modules(bundled("experiments").__path__)
         if not m.name.startswith("_")
     )
+
+
+def _experiment(name: str) -> ModuleType:
+    return importlib.import_module(f"{bundled('experiments').__name__}.{name}")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     names = _experiment_names()
     if args.list or args.name is None:
         for name in names:
-            mod = importlib.import_module(f"experiments.{name}")
+            mod = _experiment(name)
             first = (mod.__doc__ or "").strip().splitlines()
             print(f"{name:24s} {first[0] if first else ''}")
         return 0
     if args.name not in names:
         raise ValueError(f"unknown experiment {args.name!r}; valid: {', '.join(names)}")
-    mod = importlib.import_module(f"experiments.{args.name}")
+    mod = _experiment(args.name)
     if args.show:
         from dca_theory.overrides import describe
 
@@ -63,8 +91,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from figures import make_all
-
+    make_all = bundled("figures").make_all
     for path in make_all(Path(args.out), Path(args.results), experiments=args.experiments):
         print(path)
     return 0
