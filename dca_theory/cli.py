@@ -1,14 +1,15 @@
 """The ``dca-theory`` command line.
 
-Sub-commands (each imports its own code lazily, so ``figures`` and ``verify`` start fast and
-never load training code):
+``dca-theory --version`` prints the package version. Sub-commands (each imports its own code
+lazily, so ``figures`` and ``verify`` start fast and never load training code):
 
 * ``dca-theory figures [--out DIR] [--experiments]``: theory figures from closed forms
   (``--experiments`` also redraws the figures of saved experiment results);
 * ``dca-theory verify [--json]``: the verification report of every Section 4 claim;
 * ``dca-theory run NAME [--quick] [--out DIR] [--set KEY=VALUE ...]``: one experiment of
-  ``experiments/`` (``dca-theory run --list`` lists them; ``dca-theory run NAME --show`` lists
-  the settings that ``--set`` can change, see :mod:`dca_theory.overrides`);
+  ``experiments/`` (found by :func:`bundled` in a checkout or an installed wheel;
+  ``dca-theory run --list`` lists them; ``dca-theory run NAME --show`` lists the settings that
+  ``--set`` can change, see :mod:`dca_theory.overrides`);
 * ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
 
 Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2; OS errors
@@ -26,6 +27,8 @@ import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from dca_theory import __version__
 
 
 def bundled(name: str) -> ModuleType:
@@ -115,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the theory of DeepCrossAttention (Heddes et al., ICML 2025), "
         "regenerate its figures and run its experiments.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("figures", help="regenerate figures (theory figures from closed forms)")

@@ -190,18 +190,28 @@ def test_core_package_never_imports_experiments_or_figures():
     assert not bad, sorted(bad)
 
 
-def test_only_the_cli_loader_imports_by_name():
-    """``dca_theory.cli.bundled`` finds experiments and figures by name; no other module of the
-    core package imports anything by a computed name, so none can reach them that way."""
+def test_only_the_cli_loader_and_the_public_api_import_by_name():
+    """``dca_theory.cli.bundled`` finds experiments and figures by name, and the package's
+    ``__init__`` loads its public names lazily from its own modules (checked below); no other
+    module imports anything by a computed name, so none can reach experiments or figures."""
     bad = []
     for name, path in source_modules(CORE).items():
-        if name == "dca_theory.cli":
+        if name in ("dca_theory.cli", CORE):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             called = node.func if isinstance(node, ast.Call) else None
             attr = getattr(called, "attr", None) or getattr(called, "id", None)
             if attr in DYNAMIC_IMPORTS:
                 bad.append(f"{name}:{node.lineno} calls {attr}")
+    assert not bad, bad
+
+
+def test_public_api_loads_only_core_modules():
+    import dca_theory
+
+    # a name whose home is the package itself is a sub-module exported under its own name
+    loaded = {f"{CORE}.{n}" if home == CORE else home for n, home in dca_theory._PUBLIC.items()}
+    bad = sorted(m for m in loaded if m not in source_modules(CORE) or _names_bundled(m))
     assert not bad, bad
 
 
