@@ -94,6 +94,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
+    if args.experiments and not Path(args.results).is_dir():
+        # Say so before drawing the theory figures: an installed package run outside a checkout
+        # has no experiments/results of its own.
+        raise FileNotFoundError(
+            f"no saved results at {args.results}; pass --results DIR (a checkout's "
+            "experiments/results) or run the experiments first (dca-theory run NAME)")
     make_all = bundled("figures").make_all
     for path in make_all(Path(args.out), Path(args.results), experiments=args.experiments):
         print(path)
