@@ -9,15 +9,15 @@ and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`. 
 stack combiner (:mod:`dca_theory.schemes`: ``base``, ``vanilla``/``res``, ``grn_v1``,
 ``grn_v2``, ``grn_v3``, ``attn_res``) is one final class below, built by :func:`make_combiner`:
 
-==============  =========================================================  ===================
-class           combination                                                init
-==============  =========================================================  ===================
-``NewestOnly``  newest entry only (no residual)                            --
-``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                      --
-``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                 b = 1
-``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`   b = 1
+==============  ===================================================================  ============
+class           combination                                                          init
+==============  ===================================================================  ============
+``NewestOnly``  newest entry only (no residual)                                      --
+``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                                --
+``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                           b = 1
+``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`             b = 1
 ``GRNv3``       :math:`\sum_i c_i(h_i) \odot h_i`, gated (:mod:`~dca_theory.gates`)  b = 1, w = 0
-==============  =========================================================  ===================
+==============  ===================================================================  ============
 
 ``SoftmaxOverDepth`` (``attn_res``, Attention Residuals) combines
 :math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` (:math:`\hat h` the RMS-normalised
