@@ -26,7 +26,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 project = "dca_theory"
 author = "dca_theory contributors"
-copyright = "the dca_theory contributors"  # noqa: A001 (Sphinx's name)
+copyright = "the dca_theory contributors"
 
 extensions = [
     "myst_nb",  # MyST Markdown for the report, and executes the tutorial notebook
@@ -51,9 +51,10 @@ myst_heading_anchors = 3
 # as pages of their own that is intended, not a mistake.
 suppress_warnings = ["myst.header"]
 
-# The tutorial runs on every build, so a change of the package that breaks it fails the build.
+# The tutorial runs on every build, so a change of the package that breaks it fails the build:
+# a failing cell is a warning that shows the cell's traceback, and -W makes it an error.
 nb_execution_mode = "force"
-nb_execution_raise_on_error = True
+nb_execution_raise_on_error = False
 nb_execution_timeout = 300
 nb_execution_show_tb = True
 
