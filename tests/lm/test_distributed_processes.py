@@ -113,7 +113,7 @@ def setup(tmp_path_factory):
             "one_out": one_out, "two_out": two_out}
 
 
-@pytest.mark.slow  # about 6 process starts of 5-30 s each on a loaded 2-core machine
+@pytest.mark.slow  # 7 runs of 1-2 processes: about 4 minutes on a loaded 2-core machine
 def test_two_processes_train_as_one(setup):
     # f32: the two processes all-reduce per-process partial gradients, a different summation
     # order than one process: agreement to rounding (~1e-7 per op, a few ops deep), not bitwise
