@@ -1,14 +1,15 @@
 """The ``dca-theory`` command line.
 
-Sub-commands (each imports its own code lazily, so ``figures`` and ``verify`` start fast and
-never load training code):
+``dca-theory --version`` prints the package version. Sub-commands (each imports its own code
+lazily, so ``figures`` and ``verify`` start fast and never load training code):
 
 * ``dca-theory figures [--out DIR] [--experiments]``: theory figures from closed forms
   (``--experiments`` also redraws the figures of saved experiment results);
 * ``dca-theory verify [--json]``: the verification report of every Section 4 claim;
 * ``dca-theory run NAME [--quick] [--out DIR] [--set KEY=VALUE ...]``: one experiment of
-  ``experiments/`` (``dca-theory run --list`` lists them; ``dca-theory run NAME --show`` lists
-  the settings that ``--set`` can change, see :mod:`dca_theory.overrides`);
+  ``experiments/`` (found by :func:`bundled` in a checkout or an installed wheel;
+  ``dca-theory run --list`` lists them; ``dca-theory run NAME --show`` lists the settings that
+  ``--set`` can change, see :mod:`dca_theory.overrides`);
 * ``dca-theory lm {train,eval,sample,info} ...``: the DCA transformer language model.
 
 Errors in user input print one line ``dca-theory: error: ...`` and exit with status 2; OS errors
@@ -23,32 +24,62 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import pkgutil
 import sys
 from pathlib import Path
+from types import ModuleType
+
+from dca_theory import __version__
+
+
+def bundled(name: str) -> ModuleType:
+    """The ``experiments`` or ``figures`` package, wherever this copy of dca_theory keeps it.
+
+    An installed wheel ships them inside the package (``dca_theory.experiments``), so that it
+    claims no generic top-level name; a checkout keeps them at the repository root beside
+    ``dca_theory/``, importable as top-level packages (the editable install and the tests put
+    the root on ``sys.path``). Their modules import each other relatively, so either name works.
+    A top-level package of the same name from elsewhere (a user's own ``experiments``) is refused
+    rather than run.
+    """
+    if name not in ("experiments", "figures"):
+        raise ValueError(f"unknown bundled package {name!r}; valid: experiments, figures")
+    if importlib.util.find_spec(f"dca_theory.{name}") is not None:
+        return importlib.import_module(f"dca_theory.{name}")
+    beside = Path(__file__).resolve().parents[1] / name
+    spec = importlib.util.find_spec(name)
+    found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    if found != beside:
+        raise FileNotFoundError(
+            f"dca_theory has no {name} package: neither dca_theory.{name} (installed wheel) nor "
+            f"{beside} (checkout) is importable{f'; found {found} instead' if found else ''}")
+    return importlib.import_module(name)
 
 
 def _experiment_names() -> list[str]:
-    import experiments
-
     return sorted(
-        m.name for m in pkgutil.iter_modules(experiments.__path__)
+        m.name for m in pkgutil.iter_modules(bundled("experiments").__path__)
         if not m.name.startswith("_")
     )
+
+
+def _experiment(name: str) -> ModuleType:
+    return importlib.import_module(f"{bundled('experiments').__name__}.{name}")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     names = _experiment_names()
     if args.list or args.name is None:
         for name in names:
-            mod = importlib.import_module(f"experiments.{name}")
+            mod = _experiment(name)
             first = (mod.__doc__ or "").strip().splitlines()
             print(f"{name:24s} {first[0] if first else ''}")
         return 0
     if args.name not in names:
         raise ValueError(f"unknown experiment {args.name!r}; valid: {', '.join(names)}")
-    mod = importlib.import_module(f"experiments.{args.name}")
+    mod = _experiment(args.name)
     if args.show:
         from dca_theory.overrides import describe
 
@@ -66,8 +97,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from figures import make_all
-
+    if args.experiments and not Path(args.results).is_dir():
+        # Say so before drawing the theory figures: an installed package run outside a checkout
+        # has no experiments/results of its own.
+        raise FileNotFoundError(
+            f"no saved results at {args.results}; pass --results DIR (a checkout's "
+            "experiments/results) or run the experiments first (dca-theory run NAME)")
+    make_all = bundled("figures").make_all
     for path in make_all(Path(args.out), Path(args.results), experiments=args.experiments):
         print(path)
     return 0
@@ -91,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the theory of DeepCrossAttention (Heddes et al., ICML 2025), "
         "regenerate its figures and run its experiments.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("figures", help="regenerate figures (theory figures from closed forms)")

@@ -9,15 +9,15 @@ and feeds layer :math:`t` some combination :math:`g_t = \mathrm{combine}(G_t)`. 
 stack combiner (:mod:`dca_theory.schemes`: ``base``, ``vanilla``/``res``, ``grn_v1``,
 ``grn_v2``, ``grn_v3``, ``attn_res``) is one final class below, built by :func:`make_combiner`:
 
-==============  =========================================================  ===================
-class           combination                                                init
-==============  =========================================================  ===================
-``NewestOnly``  newest entry only (no residual)                            --
-``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                      --
-``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                 b = 1
-``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`   b = 1
+==============  ===================================================================  ============
+class           combination                                                          init
+==============  ===================================================================  ============
+``NewestOnly``  newest entry only (no residual)                                      --
+``PlainSum``    :math:`\sum_i h_i` (plain ResNet sum)                                --
+``GRNv1``       :math:`\sum_i b_i h_i`, :math:`b\in R^{s}`                           b = 1
+``GRNv2``       :math:`\sum_i b_i \odot h_i`, :math:`b\in R^{s\times d}`             b = 1
 ``GRNv3``       :math:`\sum_i c_i(h_i) \odot h_i`, gated (:mod:`~dca_theory.gates`)  b = 1, w = 0
-==============  =========================================================  ===================
+==============  ===================================================================  ============
 
 ``SoftmaxOverDepth`` (``attn_res``, Attention Residuals) combines
 :math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` (:math:`\hat h` the RMS-normalised
@@ -123,6 +123,20 @@ class AbstractCombiner(eqx.Module):
         ``base``, the newest entry); ``key`` draws GRN-v3's w for a gate that starts it at
         random (``small_init``)."""
 
+    @property
+    def linear(self) -> bool:
+        """Whether the coefficients c are independent of the entries, so that linear layers
+        joined by this combiner make one linear map (the toy nets' ``end_to_end_matrix`` and
+        population risk). A combiner that does not say otherwise counts as nonlinear."""
+        return False
+
+    def input_term(self, x: Float[Array, "*batch D"], size: int) -> Float[Array, "*batch D"]:
+        """The output of the input slot alone, ``c_0(x) ⊙ x``, in a stack of ``size`` entries
+        (Prop. 4.5's skip term). Default: the combination of ``[x, 0, ..., 0]``, right for every
+        combiner whose zero entries add nothing and whose c_0 ignores the other entries."""
+        stack = jnp.zeros((size, *x.shape), x.dtype).at[0].set(x)
+        return self(stack)
+
     def param_count(self) -> int:
         return schemes.get(self.kind).combiner_params(self.size, self.dim)
 
@@ -151,6 +165,13 @@ class NewestOnly(AbstractCombiner):
     def on_stack(self, stack):
         return stack.newest()
 
+    @property
+    def linear(self) -> bool:
+        return True
+
+    def input_term(self, x, size):
+        return jnp.zeros_like(x)
+
     @classmethod
     def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(size=size, dim=dim)
@@ -173,6 +194,13 @@ class PlainSum(AbstractCombiner):
     def on_stack(self, stack):
         return stack.total()  # the recursive sum: no stacked copy
 
+    @property
+    def linear(self) -> bool:
+        return True
+
+    def input_term(self, x, size):
+        return x
+
     @classmethod
     def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(size=size, dim=dim)
@@ -194,6 +222,10 @@ class AbstractGRN(AbstractCombiner):
 
     def on_stack(self, stack):
         return self(stack.array())
+
+    @property
+    def linear(self) -> bool:
+        return self.w is None  # a gate vector makes c depend on the entries
 
     def _coefficients(self, stack):
         gate = gates.get(self.gate)
@@ -285,6 +317,11 @@ class SoftmaxOverDepth(AbstractCombiner):
     def on_stack(self, stack):
         return self(stack.array())
 
+    def input_term(self, x, size):
+        raise ValueError("kind 'attn_res' has no input-slot term of its own (its softmax "
+                         "weight on x depends on every entry); valid kinds: base, vanilla, "
+                         "grn_v1, grn_v2, grn_v3")
+
     @classmethod
     def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(q=jnp.zeros((dim,), dtype), size=size, dim=dim)
@@ -294,6 +331,11 @@ class SoftmaxOverDepth(AbstractCombiner):
 COMBINERS: dict[str, type[AbstractCombiner]] = {
     c.kind: c for c in (NewestOnly, PlainSum, GRNv1, GRNv2, GRNv3, SoftmaxOverDepth)
 }
+
+
+def linear_kinds() -> tuple[str, ...]:
+    """Canonical names of the stack combiners that are linear at the default gate."""
+    return tuple(kind for kind in COMBINERS if make_combiner(kind, 1, 1).linear)
 
 
 def make_combiner(

@@ -5,24 +5,24 @@ This module is the one table of them. Every other module asks it (``get``, ``nam
 of keeping its own tuple of names, and every figure takes its label and colour from it. It is
 plain Python (no numpy, no jax), so the closed-form theory can import it without training code.
 
-=====================  ========  ===================================================  =========
-scheme (aliases)       family    layer input                                          where
-=====================  ========  ===================================================  =========
-``base``               plain     newest output only (no residual connection)          toy
-``vanilla`` (``res``)  plain     sum of the stack (ResNet / pre-LN transformer)       toy, LM
-``grn_v1``             grn       :math:`\sum_i b_i h_i`                                toy, LM
-``grn_v2``             grn       :math:`\sum_i b_i \odot h_i`                          toy, LM
+=====================  ========  ==========================================================  =======
+scheme (aliases)       family    layer input                                                 where
+=====================  ========  ==========================================================  =======
+``base``               plain     newest output only (no residual connection)                 toy
+``vanilla`` (``res``)  plain     sum of the stack (ResNet / pre-LN transformer)              toy, LM
+``grn_v1``             grn       :math:`\sum_i b_i h_i`                                      toy, LM
+``grn_v2``             grn       :math:`\sum_i b_i \odot h_i`                                toy, LM
 ``grn_v3``             grn       :math:`\sum_i (b_i + \mathrm{gate}(w^\top h_i)) \odot h_i`  toy, LM
-``dca``                dca       three GRN-v3 per block for q, k, v (§3.2); k-DCA     LM
-``denseformer``        baseline  depth-weighted average (Pagliardini et al. 2024)     LM
-``hyper_connections``  baseline  n residual streams mixed per block (Zhu et al.)     LM
-``laurel_lr``          baseline  LAuReL low-rank (Menghani et al. 2024)              LM
-``laurel_pa``          baseline  LAuReL previous-activations                         LM
-``attn_res``           baseline  softmax over depth, pseudo-queries (Kimi 2026)       toy, LM
-``mhc``                baseline  Hyper-Connections, Sinkhorn mixing (DeepSeek 2025)   LM
-``muddformer``         baseline  dynamic dense q/k/v/residual streams (Xiao et al.)   LM
-``value_residual``     baseline  first layer's values mixed in (ResFormer)            LM
-=====================  ========  ===================================================  =========
+``dca``                dca       three GRN-v3 per block for q, k, v (§3.2); k-DCA            LM
+``denseformer``        baseline  depth-weighted average (Pagliardini et al. 2024)            LM
+``hyper_connections``  baseline  n residual streams mixed per block (Zhu et al.)             LM
+``laurel_lr``          baseline  LAuReL low-rank (Menghani et al. 2024)                      LM
+``laurel_pa``          baseline  LAuReL previous-activations                                 LM
+``attn_res``           baseline  softmax over depth, pseudo-queries (Kimi 2026)              toy, LM
+``mhc``                baseline  Hyper-Connections, Sinkhorn mixing (DeepSeek 2025)          LM
+``muddformer``         baseline  dynamic dense q/k/v/residual streams (Xiao et al.)          LM
+``value_residual``     baseline  first layer's values mixed in (ResFormer)                   LM
+=====================  ========  ==========================================================  =======
 
 "toy" schemes have a combiner over the stack (:mod:`dca_theory.residual`) used by the toy nets;
 ``theory=True`` marks the ones with a theory in the low-rank linear model: Section 4's five

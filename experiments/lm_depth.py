@@ -13,8 +13,9 @@ the seed-paired DCA - vanilla difference per depth; the cross-depth comparisons 
 against vanilla at depth 2d" (paired by seed, with the parameter ratio); and the *parameter
 efficiency*: the parameter count vanilla would need to match DCA's perplexity at each depth,
 read off vanilla's perplexity-vs-log(parameters) curve by linear interpolation between its
-depths (:func:`params_to_reach`; ``None`` when DCA is better than every vanilla depth, since
-that would need extrapolation), divided by DCA's parameter count. Also, per depth, full DCA's
+depths (:func:`dca_theory.lab.statistics.params_to_reach`; ``None`` when DCA is better than
+every vanilla depth, since that would need extrapolation), divided by DCA's parameter count
+(its per-seed interval is in ``lm_verdicts``). Also, per depth, full DCA's
 time to reach vanilla's final validation perplexity (Table 1's metric, :mod:`experiments.lm_k`).
 
 **Command.** ``dca-theory run lm_depth`` (full; reads / fills ``experiments/results/lm_runs``;
@@ -43,7 +44,7 @@ from dca_theory.lab.lm_grid import depth_specs
 from dca_theory.lab.lm_runs import ensure_run, is_cached, load_curves, ppl
 from dca_theory.lab.lm_settings import DepthSettings, experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
-from dca_theory.lab.statistics import paired
+from dca_theory.lab.statistics import paired, params_to_reach
 from dca_theory.lab.time_to_reach import periodic_curve, time_to_reach
 from dca_theory.overrides import run_dir, summary_entry
 
@@ -52,25 +53,6 @@ KINDS: tuple[str, ...] = ("vanilla", "dca")
 PAPER_FIGURE6 = {"depths": [6, 12, 18, 24, 30, 36, 42],
                  "claim": "30-layer DCA has a lower perplexity than the 42-layer Transformer",
                  "per_point_numbers": "NOT FOUND (plot only)"}
-
-
-def params_to_reach(params, ppls, target: float) -> float | None:
-    """Parameters at which the piecewise-linear curve ppl(log params) through ``(params[i],
-    ppls[i])`` (sorted by params) first reaches ``target``; ``None`` if it never does within
-    the measured range (no extrapolation)."""
-    p, y = np.asarray(params, float), np.asarray(ppls, float)
-    if p.shape != y.shape or p.size < 1:
-        raise ValueError(f"params and ppls must be equal-length, non-empty; got {p.shape}, "
-                         f"{y.shape}")
-    order = np.argsort(p)
-    x, y = np.log(p[order]), y[order]
-    if y[0] <= target:
-        return float(p[order][0])
-    for i in range(1, len(y)):
-        if y[i] <= target:  # first segment that crosses the target
-            frac = (y[i - 1] - target) / (y[i - 1] - y[i])
-            return float(np.exp(x[i - 1] + frac * (x[i] - x[i - 1])))
-    return None
 
 
 def depth_rows(records: dict[tuple[str, int], dict]) -> dict[str, dict]:

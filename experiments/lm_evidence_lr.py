@@ -59,7 +59,8 @@ from dca_theory.lab.lm_runs import cache_dir, is_cached
 from dca_theory.lab.lm_settings import experiment_settings
 from dca_theory.lab.statistics import log_ppl_gap, paired
 from dca_theory.overrides import record, run_dir, summary_entry
-from experiments import lm_evidence
+
+from . import lm_evidence
 
 NAME = "lm_evidence_lr"
 

@@ -52,7 +52,8 @@ from dca_theory.lab.lm_settings import experiment_settings
 from dca_theory.lab.rank_gain import KINDS, PRIMARY_MEASURE, analyse, cells
 from dca_theory.lab.statistics import paired
 from dca_theory.overrides import record, run_dir, summary_entry
-from experiments import lm_evidence
+
+from . import lm_evidence
 
 NAME = "lm_evidence_rank"
 

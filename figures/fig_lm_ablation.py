@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import (
+from .style import (
     FULL,
     figure,
     save,

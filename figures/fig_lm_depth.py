@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import difference_label, figure, save, saved_summary, scheme_color, scheme_label
+from .style import difference_label, figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_depth"

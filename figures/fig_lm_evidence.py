@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_color
+from .style import SWEEP_COLORS, figure, save, saved_summary, scheme_color
 
 KIND = "experiment"
 NAME = "fig_lm_evidence"

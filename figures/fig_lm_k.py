@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import figure, save, saved_summary, scheme_color, scheme_label
+from .style import figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_k"

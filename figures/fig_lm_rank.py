@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_label
+from .style import SWEEP_COLORS, figure, save, saved_summary, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_rank"

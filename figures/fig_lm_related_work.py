@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from figures.fig_lm_ablation import draw
-from figures.style import saved_summary
+from .fig_lm_ablation import draw
+from .style import saved_summary
 
 KIND = "experiment"
 NAME = "fig_lm_related_work"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import (
+from .style import (
     difference_label,
     figure,
     save,

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json
-from figures.style import FULL, figure, save, scheme_color, scheme_label
+
+from .style import FULL, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_stability"

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory import gates
-from figures.style import FULL, figure, gate_color, save, saved_summary, scheme_label
+
+from .style import FULL, figure, gate_color, save, saved_summary, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_weights"

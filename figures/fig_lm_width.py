@@ -21,7 +21,8 @@ import numpy as np
 from matplotlib.ticker import NullFormatter, NullLocator
 
 from dca_theory.theory import normalised_gain_guarantee
-from figures.style import SWEEP_COLORS, figure, save, saved_summary, scheme_color, scheme_label
+
+from .style import SWEEP_COLORS, figure, save, saved_summary, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_lm_width"

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.theory import excess_risk, excess_risk_bound, param_count
-from figures import style
+
+from . import style
 
 KIND = "theory"
 NAME = "fig_excess_risk_vs_params"

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.theory import gain_lower_bound
-from figures import style
+
+from . import style
 
 KIND = "theory"
 NAME = "fig5_gain_lower_bounds"

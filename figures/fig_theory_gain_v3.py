@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from dca_theory.theory import gain_lower_bound
-from figures import style
-from figures.fig_theory_gain import DIMS, LEFT
+
+from . import style
+from .fig_theory_gain import DIMS, LEFT
 
 KIND = "theory"
 NAME = "fig_g3_gain_lower_bound"

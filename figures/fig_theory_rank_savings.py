@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.theory import rank_savings
-from figures import style
+
+from . import style
 
 KIND = "theory"
 NAME = "fig_rank_savings"

@@ -19,7 +19,8 @@ import numpy as np
 from dca_theory import schemes
 from dca_theory.theory import excess_risk, excess_risk_bound, param_count
 from dca_theory.theory import rivals as RV
-from figures import style
+
+from . import style
 
 KIND = "theory"
 NAME = "fig_risk_schemes"

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.theory import threshold
-from figures import style
+
+from . import style
 
 KIND = "theory"
 NAME = "fig_thresholds"

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json
-from figures.style import figure, save, scheme_color, scheme_label
+
+from .style import figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 TITLES = {"identity": "(a) learn the identity", "gaussian": "(b) learn y = Ax + b"}

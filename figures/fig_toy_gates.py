@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory import gates
-from figures.style import FULL, figure, gate_color, save, saved_summary
+
+from .style import FULL, figure, gate_color, save, saved_summary
 
 KIND = "experiment"
 NAME = "fig_toy_gates"

@@ -11,7 +11,8 @@ import csv
 from pathlib import Path
 
 from dca_theory.io import read_json
-from figures.style import FULL, figure, save, scheme_color, scheme_label
+
+from .style import FULL, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dca_theory.io import read_json
-from figures.style import figure, save, scheme_color, scheme_label
+
+from .style import figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import read_json, read_jsonl
-from figures.style import difference_label, figure, save, scheme_color, scheme_label
+
+from .style import difference_label, figure, save, scheme_color, scheme_label
 
 KIND = "experiment"
 NAME = "fig_vit_digits"

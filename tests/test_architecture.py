@@ -4,9 +4,14 @@ What is checked, and why:
 
 * the ``dca_theory`` modules import each other without a cycle (a cycle makes import order
   matter and forces lazy imports to paper over it);
-* no module of ``dca_theory`` imports the top-level ``experiments`` or ``figures`` packages at
-  import time (the core is a library those two use, never the reverse; the CLI may still load
-  an experiment by name inside a function);
+* no module of ``dca_theory`` imports ``experiments`` or ``figures`` (under either name: the
+  checkout's top-level packages or the wheel's ``dca_theory.experiments``): the core is a
+  library those two use, never the reverse. The CLI alone loads them, by name, through
+  :func:`dca_theory.cli.bundled`, the package's one dynamic import;
+* ``experiments`` and ``figures`` import their own modules relatively, since a checkout runs
+  them as top-level packages and the wheel as ``dca_theory.experiments`` / ``.figures``;
+* ``dca_theory.lm`` never imports ``dca_theory.lab`` (the lab measures models; the model does
+  not depend on its measurements);
 * ``dca_theory.theory`` reaches no jax, equinox, optax or training code at import time, as its
   package docstring promises (``dca-theory figures`` and ``verify`` must start fast);
 * no figure imports an experiment (figures read saved results and theory only).
@@ -164,18 +169,78 @@ def test_core_package_has_no_cycle_hidden_by_a_lazy_import():
     assert cycle is None, "import cycle (counting lazy imports): " + " -> ".join(cycle)
 
 
-def test_core_package_does_not_import_experiments_or_figures():
-    bad = {f"{mod} imports {name}" for mod, names in import_graph().items() for name in names
-           if name.split(".")[0] in ("experiments", "figures")}
+BUNDLED = ("experiments", "figures")
+# What loads a module by a computed name; only the CLI's loader may (see below).
+DYNAMIC_IMPORTS = ("import_module", "find_spec", "__import__", "spec_from_file_location")
+
+
+def _names_bundled(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] in BUNDLED or parts[:1] == [CORE] and parts[1:2] in ([b] for b in BUNDLED)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_core_package_never_imports_experiments_or_figures():
+    """Not at module level, not from a function body, under neither name."""
+    bad = {f"{mod} imports {name}" for mod, names in import_graph(lazy=True).items()
+           for name in names if _names_bundled(name)}
     assert not bad, sorted(bad)
 
 
-def test_only_the_cli_loads_experiments_or_figures_even_lazily():
-    """The CLI loads an experiment or the figures by name; no other module of the core package
-    may reach them, not even from a function body."""
+def test_only_the_cli_loader_and_the_public_api_import_by_name():
+    """``dca_theory.cli.bundled`` finds experiments and figures by name, and the package's
+    ``__init__`` loads its public names lazily from its own modules (checked below); no other
+    module imports anything by a computed name, so none can reach experiments or figures."""
+    bad = []
+    for name, path in source_modules(CORE).items():
+        if name in ("dca_theory.cli", CORE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = node.func if isinstance(node, ast.Call) else None
+            attr = getattr(called, "attr", None) or getattr(called, "id", None)
+            if attr in DYNAMIC_IMPORTS:
+                bad.append(f"{name}:{node.lineno} calls {attr}")
+    assert not bad, bad
+
+
+def test_public_api_loads_only_core_modules():
+    import dca_theory
+
+    # a name whose home is the package itself is a sub-module exported under its own name
+    loaded = {f"{CORE}.{n}" if home == CORE else home for n, home in dca_theory._PUBLIC.items()}
+    bad = sorted(m for m in loaded if m not in source_modules(CORE) or _names_bundled(m))
+    assert not bad, bad
+
+
+def test_experiments_and_figures_import_their_own_modules_relatively():
+    """They run under two names (``figures`` in a checkout, ``dca_theory.figures`` in the
+    wheel): an absolute ``from figures import style`` would fail in the installed wheel."""
+    bad = [f"{name} imports {imported}" for name, imported in _bundled_absolute_imports()]
+    assert not bad, bad
+
+
+def _bundled_absolute_imports():
+    for package in BUNDLED:
+        for name, path in source_modules(package).items():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    targets = [node.module or ""]
+                else:
+                    continue
+                yield from ((name, t) for t in targets if _names_bundled(t))
+
+
+def test_lm_never_imports_lab():
+    """Not even lazily: ``dca_theory.lm`` is the model and its training; ``dca_theory.lab``
+    measures it and may import it, never the reverse."""
     bad = {f"{mod} imports {name}" for mod, names in import_graph(lazy=True).items()
            for name in names
-           if name.split(".")[0] in ("experiments", "figures") and mod != "dca_theory.cli"}
+           if _within(mod, f"{CORE}.lm") and _within(name, f"{CORE}.lab")}
     assert not bad, sorted(bad)
 
 

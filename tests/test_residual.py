@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dca_theory.residual import (
+    COMBINERS,
     GRN_KINDS,
     ResidualStack,
     combine,
@@ -90,3 +91,23 @@ def test_unknown_gate():
     with pytest.raises(ValueError, match="unknown GRN-v3 gate 'tanh'; valid gates: paper "
                                          r"\(or relu\), open \(or relu_open\), bias_inside"):
         make_combiner("grn_v3", 2, 2, gate="tanh")
+
+
+@pytest.mark.parametrize("kind", sorted(COMBINERS))
+def test_linear_flag_says_whether_the_weights_depend_on_the_stack(kind, getkey):
+    # The toy nets trust ``linear`` for the end-to-end matrix and the population risk, so it
+    # must agree with the weights themselves: constant over stacks iff linear.
+    c = make_combiner(kind, 3, 5, dtype=jnp.float64, init="random", key=getkey())
+    s1, s2 = (jax.random.normal(getkey(), (3, 2, 5), jnp.float64) for _ in range(2))
+    same = bool(jnp.allclose(c.weights(s1), c.weights(s2), atol=1e-12))
+    assert c.linear == same
+
+
+@pytest.mark.parametrize("kind", ["base", "vanilla", "grn_v1", "grn_v2", "grn_v3"])
+def test_input_term_is_the_input_slot_alone(kind, getkey):
+    # c_0(x) * x: the combination minus what the other entries contribute with x zeroed.
+    c = make_combiner(kind, 3, 5, dtype=jnp.float64, init="random", key=getkey())
+    stack = jax.random.normal(getkey(), (3, 5), jnp.float64)
+    rest = c(stack.at[0].set(0.0))
+    expected = c(stack) - rest if c.linear else c.weights(stack)[0] * stack[0]
+    np.testing.assert_allclose(c.input_term(stack[0], 3), expected, atol=1e-12)

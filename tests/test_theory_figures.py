@@ -56,3 +56,15 @@ def test_figure_5_extremes(tmp_path):
     # right panel peaks at exactly 25000 (d=300, lam_min=lam_max=10)
     peak = max(right, key=lambda r: float(r["gain"]))
     assert float(peak["gain"]) == pytest.approx(25000) and peak["d"] == "300"
+
+
+def test_experiment_figures_without_results_fail_before_drawing(tmp_path, capsys):
+    from dca_theory.cli import main
+
+    out = tmp_path / "figs"
+    assert main(["figures", "--experiments", "--results", str(tmp_path / "none"),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no saved results at {tmp_path / 'none'}" in err
+    assert "--results DIR" in err
+    assert not out.exists()

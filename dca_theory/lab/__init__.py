@@ -29,7 +29,5 @@ Measurements and statistics:
 * :mod:`.steptime`: alternated train-step timing, shared with ``benchmarks/``;
 * :mod:`.jacobian_rank`: the per-layer Jacobian rank of a trained LM's residual branches;
 * :mod:`.branch_rank`: the effective rank of its attention, MLP and update Jacobians;
-* :mod:`.analysis`: learned GRN weights per layer (Figure 10's data) and residual-stream states;
-* :mod:`.paper_param_counts`: the paper's reported parameter totals next to ours (the table of
-  ``dca-theory lm info``).
+* :mod:`.analysis`: learned GRN weights per layer (Figure 10's data) and residual-stream states.
 """

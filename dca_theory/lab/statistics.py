@@ -159,3 +159,50 @@ def gap_at_equal_time(time_base, loss_base, time_other, loss_other) -> dict:
     t = min(float(np.asarray(time_base)[-1]), float(np.asarray(time_other)[-1]))
     a, b = value_at(time_base, loss_base, t), value_at(time_other, loss_other, t)
     return {"time_s": t, "D": 100.0 * (b - a)}
+
+
+def params_to_reach(params, ppls, target: float) -> float | None:
+    """Parameters at which the piecewise-linear curve ppl(log params) through ``(params[i],
+    ppls[i])`` (sorted by params) first reaches ``target``; ``None`` if it never does within
+    the measured range (no extrapolation)."""
+    p, y = np.asarray(params, float), np.asarray(ppls, float)
+    if p.shape != y.shape or p.size < 1:
+        raise ValueError(f"params and ppls must be equal-length, non-empty; got {p.shape}, "
+                         f"{y.shape}")
+    order = np.argsort(p)
+    x, y = np.log(p[order]), y[order]
+    if y[0] <= target:
+        return float(p[order][0])
+    for i in range(1, len(y)):
+        if y[i] <= target:  # first segment that crosses the target
+            frac = (y[i - 1] - target) / (y[i - 1] - y[i])
+            return float(np.exp(x[i - 1] + frac * (x[i] - x[i - 1])))
+    return None
+
+
+def multiplier_per_seed(base_params, base_ppl_per_seed, params: float, ppl_per_seed,
+                        level: float = 0.95) -> dict | None:
+    """How many times ``params`` the base architecture needs to reach the other's perplexity,
+    seed by seed: per seed, :func:`params_to_reach` on that seed's base curve
+    (``base_ppl_per_seed[i][s]`` at ``base_params[i]``) at that seed's ``ppl_per_seed[s]``,
+    over ``params``. A seed fixes the data order of every run, so each seed gives one
+    multiplier; their geometric mean carries a t interval on the log multipliers (seeds - 1
+    degrees of freedom). ``None`` if any seed's target lies beyond its base curve (no
+    extrapolation)."""
+    curves = np.asarray(base_ppl_per_seed, float)
+    target = np.asarray(ppl_per_seed, float)
+    if curves.ndim != 2 or curves.shape != (len(base_params), target.size) or target.size < 2:
+        raise ValueError(f"need base_ppl_per_seed of shape (points, seeds) = "
+                         f"({len(base_params)}, {target.size}) with >= 2 seeds; got "
+                         f"{curves.shape}")
+    need = [params_to_reach(base_params, curves[:, s], float(target[s]))
+            for s in range(target.size)]
+    if any(n is None for n in need):
+        return None
+    logm = np.log(np.asarray(need, float) / float(params))
+    half = float(stats.t.ppf(0.5 + level / 2, logm.size - 1) * logm.std(ddof=1)
+                 / np.sqrt(logm.size))
+    mean = float(logm.mean())
+    return {"geometric_mean": float(np.exp(mean)),
+            "ci": [float(np.exp(mean - half)), float(np.exp(mean + half))],
+            "per_seed": np.exp(logm).tolist(), "n": int(logm.size)}

@@ -20,7 +20,13 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from dca_theory.lab.statistics import gap_at_equal_time, holm, log_ppl_gap, seed_clustered_slope
+from dca_theory.lab.statistics import (
+    gap_at_equal_time,
+    holm,
+    log_ppl_gap,
+    multiplier_per_seed,
+    seed_clustered_slope,
+)
 
 REPRODUCED = "reproduced"
 TREND = "reproduced in trend only"
@@ -180,9 +186,13 @@ def table2_width(results: Path) -> dict:
            "verdict": {"gain at every width": weakest(g["verdict"] for g in judged.values()),
                        "gain shrinks with width": _slope_verdict(lo, hi)}}
     near = _near_convergence_slope(results)
-    if near is not None:  # the grid's slope, judged by this table's sign rule
-        out["near_convergence_slope"] = near
-        out["verdict"]["gain shrinks with width, near convergence"] = _slope_verdict(*near["ci"])
+    if near is not None:
+        # the grid's slope judged by this table's sign rule: a reading added after the
+        # registered verdict was known, at the rate tuned on vanilla (which handicaps DCA
+        # most at the widest model), so it is reported beside the verdicts, never as one
+        out["near_convergence_slope"] = {**near,
+                                         "sign_by_the_table_rule_post_hoc":
+                                         _slope_verdict(*near["ci"])}
     return out
 
 
@@ -216,10 +226,18 @@ def figure6_depth(results: Path) -> dict:
         deeper[name] = {**g, "verdict": verdict(g)}
     mult = [v["param_efficiency"] for v in s["param_efficiency"].values()
             if v["param_efficiency"] is not None]
+    van = sorted((p for p in s["points"] if p["kind"] == "vanilla"), key=lambda p: p["params"])
+    per_seed = {str(p["depth"]): multiplier_per_seed(
+        [v["params"] for v in van], [v["test_ppl_per_seed"] for v in van], p["params"],
+        p["test_ppl_per_seed"]) for p in s["points"] if p["kind"] == "dca"}
     pooled = pooled_gap(per)
     return {"per_depth": fam,
             "pooled": {**pooled, "verdict": verdict(pooled)},
-            "vanilla_param_multiplier": mult, "dca_vs_vanilla_twice_as_deep": deeper,
+            "vanilla_param_multiplier": mult,
+            # per seed on that seed's vanilla curve: the interval the seed-mean figure lacks
+            "vanilla_param_multiplier_per_seed": {d: m for d, m in per_seed.items()
+                                                  if m is not None},
+            "dca_vs_vanilla_twice_as_deep": deeper,
             "verdict": verdict(pooled) if pooled["agree"] else
             weakest(g["verdict"] for g in fam.values())}
 
@@ -270,16 +288,19 @@ def _equal_time(results: Path, base_key: str, other_key: str) -> list[float]:
 
 def figures78_equal_time(results: Path) -> dict:
     """Figures 7/8: DCA (depths 2, 4, 8) and 2-DCA (depth 8) against vanilla at equal training
-    time (the vanilla run's end). Family: those four tests. Recorded, not judged: 400 steps are
-    the figures' "first few training steps", where the curves fall steeply and equal time
-    weighs DCA's step-time overhead against a slope, not against the gap the figures show."""
+    time (the vanilla run's end). Family: those four tests; the claim (DCA and 2-DCA lower at
+    equal time) must hold in each, so it takes the weakest. DCA behind with Holm p < 0.05 is a
+    result by the table's rule, whatever caused it: at 400 steps the curves still fall
+    steeply, so equal time weighs DCA's slower steps against a slope, and the step times carry
+    the shared machine's load; the verdict is about this budget, not the paper's converged
+    curves."""
     depth, k = _summary(results, "lm_depth")["depths"], _summary(results, "lm_k")["rows"]
     pairs = {f"dca depth {d}": (r["vanilla"]["key"], r["dca"]["key"]) for d, r in depth.items()}
     pairs["2-dca depth 8"] = (k["vanilla"]["key"], k["2-dca"]["key"])
     fam = gap_family({n: gap(_equal_time(results, *keys)) for n, keys in pairs.items()},
                      "Figures 7/8: X - vanilla at equal time")
-    return {"at_vanilla_end": {n: {**g, "verdict": verdict(g)} for n, g in fam.items()},
-            "verdict": NOT_AT_BUDGET}
+    judged = {n: {**g, "verdict": verdict(g)} for n, g in fam.items()}
+    return {"at_vanilla_end": judged, "verdict": weakest(g["verdict"] for g in judged.values())}
 
 
 def table9_inputs(results: Path) -> dict:
@@ -325,10 +346,11 @@ def stability_spikes(results: Path) -> dict:
     head = s["headline"]["groups"]
     loose = s["by_c"][min(s["by_c"], key=float)]["dca_family_vs_vanilla"]["rate_ratio"]
     headline = s["headline"]["dca_family_vs_vanilla"]
-    # the claim is a difference in spike rates: with no spike at the headline rule there is
-    # nothing to compare; otherwise the rate-ratio test decides
+    # the claim is a difference in spike rates: with no spike in any architecture at the
+    # headline rule the runs could not have shown one, so it is not tested at this budget;
+    # otherwise the rate-ratio test decides
     if headline["too_few_to_tell"]:
-        rule = INCONCLUSIVE
+        rule = NOT_AT_BUDGET
     else:
         ratio, p = headline["rate_ratio"]["ratio"], headline["rate_ratio"]["p_value"]
         rule = REPRODUCED if ratio < 1 and p < ALPHA else INCONCLUSIVE
@@ -428,6 +450,9 @@ def evidence_preregistered(results: Path) -> dict:
              for w, g in d["comparisons"].get("dca-dca_paper", {}).get("test_D", {}).items()}
     gates = gap_family(gates, "H3: default - paper's gate, every corpus and width")
     return {"decision": decision, "dca_minus_matched": matched,
+            # the registered secondary slope of D(dca - matched vanilla) on log2(width)
+            "dca_minus_matched_slope": primary.get("comparisons", {})
+            .get("dca-vanilla_matched", {}).get("slope"),
             # the rule applied to the paper's-gate arm: post hoc, reported, never a verdict
             "paper_gate_by_the_rule_post_hoc": primary.get("paper_gate_by_the_rule_post_hoc"),
             "default_minus_paper_gate": gates, "corpora_run": sorted(data),

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from dca_theory import schemes
+from dca_theory.lm import distributed
 from dca_theory.lm.config import PRESETS, ModelConfig
 from dca_theory.lm.train_config import TRAIN_PRESETS, LMTrainConfig
 
@@ -101,6 +102,7 @@ def _add_train(sub) -> None:
     p.add_argument("--distributed", action="store_true",
                    help="multi-host: call jax.distributed.initialize() first (automatic when "
                    "$JAX_COORDINATOR_ADDRESS is set)")
+    distributed.add_flags(p)  # --coordinator, --num-processes, --process-id
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)
 
@@ -143,11 +145,10 @@ def _configs(args) -> tuple[ModelConfig, LMTrainConfig]:
 
 
 def _cmd_train(args) -> int:
-    from dca_theory.lm import sharding
     from dca_theory.lm.train import NonFiniteLossError, train_and_evaluate
 
     model_cfg, train_cfg = _configs(args)
-    sharding.maybe_initialize_distributed(args.distributed)
+    distributed.setup(args)  # several processes: join them before anything touches a device
     if args.workdir is None:
         k = f"-k{model_cfg.k}" if model_cfg.k is not None else ""
         args.workdir = f"runs/lm-{args.preset}-{model_cfg.residual}{k}-{Path(train_cfg.data).stem}"
@@ -201,7 +202,7 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from dca_theory.lab.paper_param_counts import info_table
+    from dca_theory.lm.paper_param_counts import info_table
 
     cfg = PRESETS[args.preset]
     if args.vocab_size is not None:

@@ -355,17 +355,26 @@ def check_seq_len(corpus: Corpus, seq_len: int) -> None:
                          f"{corpus.name} ({n} tokens); use seq_len <= {n - 1}")
 
 
-def train_batch(tokens: np.ndarray, *, seq_len: int, batch_size: int, seed: int,
-                step: int) -> dict[str, np.ndarray]:
-    """Random windows for one step; a pure function of ``(seed, step)``."""
-    n_starts = len(tokens) - seq_len
+def train_starts(n_tokens: int, *, seq_len: int, batch_size: int, seed: int,
+                 step: int) -> np.ndarray:
+    """The first token of every window of one step's batch; a pure function of ``(seed,
+    step)``."""
+    n_starts = n_tokens - seq_len
     if n_starts < 1:
-        raise ValueError(f"seq_len {seq_len} is longer than the data ({len(tokens)} tokens)")
+        raise ValueError(f"seq_len {seq_len} is longer than the data ({n_tokens} tokens)")
     rng = np.random.default_rng(np.random.SeedSequence([seed, step]))
-    starts_B = rng.integers(0, n_starts, size=batch_size)
+    return rng.integers(0, n_starts, size=batch_size)
+
+
+def train_batch(tokens: np.ndarray, *, seq_len: int, batch_size: int, seed: int,
+                step: int, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    """Random windows for one step; a pure function of ``(seed, step)``. ``rows`` picks the
+    rows of the batch to build (one process's share, the same windows as in the whole batch)."""
+    starts_B = train_starts(len(tokens), seq_len=seq_len, batch_size=batch_size, seed=seed,
+                            step=step)[rows]
     windows_BxL1 = tokens[starts_B[:, None] + np.arange(seq_len + 1)[None, :]]
     return {"inputs": windows_BxL1[:, :-1], "targets": windows_BxL1[:, 1:],
-            "weights": np.ones((batch_size, seq_len), np.float32)}
+            "weights": np.ones((len(starts_B), seq_len), np.float32)}
 
 
 def eval_batches(tokens: np.ndarray, *, seq_len: int, batch_size: int,

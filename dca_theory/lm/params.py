@@ -23,7 +23,7 @@ Closed form (T layers, width D, MLP width F, vocabulary V, ``S_t`` the stack siz
   (see :mod:`.rivals`); mhc ``T (nD m + m + 3)`` with ``m = n² + 2n`` (see :mod:`.mhc`).
 
 The paper's reported totals next to ours (``dca-theory lm info``) are in
-:mod:`dca_theory.lab.paper_param_counts`.
+:mod:`dca_theory.lm.paper_param_counts`.
 """
 
 from __future__ import annotations

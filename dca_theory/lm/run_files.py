@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dca_theory.io import atomic_write_text, read_json, to_jsonable
 from dca_theory.lm import data as lm_data
+from dca_theory.lm import distributed
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.train_config import LMTrainConfig
@@ -192,10 +193,11 @@ def check_history(path: Path, records: list[dict], start: int, steps: int) -> No
                          f"(the file was cut short or edited); {remedy}")
 
 
-def rewrite_metrics(path: Path, keep: Callable[[dict], bool]) -> list[dict]:
-    """Atomically keep only the records for which ``keep`` is true; returns them."""
+def rewrite_metrics(path: Path, keep: Callable[[dict], bool], *, write: bool = True) -> list[dict]:
+    """Atomically keep only the records for which ``keep`` is true; returns them (and only
+    reads, if not ``write``: a process other than process 0)."""
     records = [r for r in read_metrics(path) if keep(r)]
-    if path.is_file():
+    if write and path.is_file():
         atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     return records
 
@@ -219,9 +221,12 @@ def logged_eval(records: list[dict], step: int, split: str) -> dict | None:
 # ----------------------------------------------------------------------------- resume, failures
 
 
-def resume(workdir: Path, train_cfg: LMTrainConfig, template) -> tuple[int, object]:
+def resume(workdir: Path, train_cfg: LMTrainConfig, template, *,
+           move_damaged: bool = True) -> tuple[int, object]:
     """Restore the newest checkpoint that restores cleanly; move damaged newer ones aside (to
-    ``damaged_checkpoints/``, never deleted) so that the resumed run can save those steps."""
+    ``damaged_checkpoints/``, never deleted) so that the resumed run can save those steps.
+    Of several processes, all restore and only process 0 (``move_damaged``) moves, once every
+    process has restored."""
     ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
     try:
         for folder in ckpt.unfinished():
@@ -234,7 +239,8 @@ def resume(workdir: Path, train_cfg: LMTrainConfig, template) -> tuple[int, obje
     if meta["data_step"] != start:
         raise ValueError(f"checkpoint step {start} in {ckpt.directory} records data position "
                          f"{meta['data_step']}; it does not belong to this run")
-    for step in damaged:
+    distributed.barrier("lm-resume-restored")
+    for step in damaged if move_damaged else ():
         target = workdir / "damaged_checkpoints" / str(step)
         while target.exists():
             target = target.with_name(target.name + "+")

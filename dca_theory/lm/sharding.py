@@ -6,36 +6,29 @@ with ``fsdp=True``, each array is split along its largest axis divisible by the 
 (ZeRO-3 / FSDP style: XLA all-gathers them where a layer needs them). The same jitted step runs
 unchanged on one CPU, one GPU, or many hosts; XLA inserts the gradient all-reduce.
 
-Multi-host: call :func:`maybe_initialize_distributed` before anything touches a device. It runs
-``jax.distributed.initialize()`` when asked to (``--distributed``) or when the standard
-environment says so (``JAX_COORDINATOR_ADDRESS``; or a SLURM / Open MPI job, which JAX detects
-itself). Each process then builds only its own rows of the global batch.
+Several processes (:mod:`dca_theory.lm.distributed` joins them before anything touches a
+device): the mesh lists the devices process by process, so that each process holds a contiguous
+block of every batch's rows and builds only those (:func:`put_batch` with ``global_rows``).
 """
 
 from __future__ import annotations
 
-import os
-
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dca_theory.lm.distributed import process_rows
+
 AXIS = "data"
 
 
-def maybe_initialize_distributed(force: bool = False) -> bool:
-    """Initialise multi-host JAX if ``force`` or ``$JAX_COORDINATOR_ADDRESS`` is set."""
-    if not (force or os.environ.get("JAX_COORDINATOR_ADDRESS")):
-        return False
-    jax.distributed.initialize()
-    return True
-
-
 def make_mesh(devices=None) -> Mesh:
-    """A 1-D ``"data"`` mesh over ``devices`` (default: every device of every process)."""
-    return Mesh(np.asarray(jax.devices() if devices is None else devices), (AXIS,))
+    """A 1-D ``"data"`` mesh over ``devices`` (default: every device of every process, in
+    process order: process ``p`` holds the ``p``-th contiguous block of a batch's rows)."""
+    if devices is None:
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    return Mesh(np.asarray(devices), (AXIS,))
 
 
 def check_batch_divisible(batch_size: int, grad_accum: int, mesh: Mesh) -> None:
@@ -78,21 +71,36 @@ def state_shardings(tree, mesh: Mesh, *, fsdp: bool = False):
 
 
 def put_state(tree, shardings):
-    """Place ``tree`` with ``shardings``; every leaf gets its own buffer (``jnp.copy``) because a
-    model or optimiser may share one array between leaves, and a donated buffer must be unique."""
+    """Place ``tree`` with ``shardings``; every leaf gets its own buffer (a copy) because a
+    model or optimiser may share one array between leaves, and a donated buffer must be unique.
+
+    Each leaf goes through host memory: with several processes, ``device_put`` of a
+    ``jax.Array`` onto devices of other processes makes an array whose local buffer claims
+    every device, which orbax then cannot save (JAX 0.10); a NumPy value is placed correctly."""
     return jax.tree_util.tree_map(
-        lambda x, s: x if s is None else jax.device_put(jnp.copy(x), s), tree, shardings)
+        lambda x, s: x if s is None else jax.device_put(np.array(x), s), tree, shardings)
 
 
-def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Place a *global* host batch on the mesh, each process contributing its own rows."""
+def put_batch(batch: dict[str, np.ndarray], mesh: Mesh, *,
+              global_rows: int | None = None) -> dict[str, jax.Array]:
+    """Place a batch on the mesh. ``batch`` is the whole global batch (each process keeps its own
+    rows), or, given ``global_rows``, only this process's rows of a global batch of that many
+    (:func:`dca_theory.lm.distributed.process_rows`)."""
     sharding = batch_sharding(mesh)
+    n = next(iter(batch.values())).shape[0]
+    total = n if global_rows is None else global_rows
     if jax.process_count() == 1:
+        if n != total:
+            raise ValueError(f"one process holds a batch of {n} rows, not all {total}")
         return {k: jax.device_put(v, sharding) for k, v in batch.items()}
-    pid, nproc = jax.process_index(), jax.process_count()
+    mine = process_rows(total, jax.process_index(), jax.process_count())
+    held = sorted(i[0].indices(total)[:2] for i in
+                  sharding.addressable_devices_indices_map((total,)).values())
+    if (held[0][0], held[-1][1]) != (mine.start, mine.stop):  # a mesh not in process order
+        raise ValueError(f"process {jax.process_index()} holds rows {held[0][0]}:{held[-1][1]} "
+                         f"of the mesh but reads rows {mine.start}:{mine.stop}")
     out = {}
     for k, v in batch.items():
-        rows = v.shape[0] // nproc
-        local = v[pid * rows:(pid + 1) * rows]
-        out[k] = jax.make_array_from_process_local_data(sharding, local, v.shape)
+        local = v if global_rows is not None else v[mine]
+        out[k] = jax.make_array_from_process_local_data(sharding, local, (total, *v.shape[1:]))
     return out

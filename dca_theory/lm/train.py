@@ -10,7 +10,9 @@ of ``(seed, step)`` a resumed run ends with bitwise the same parameters as an un
 (on CPU). The history is idempotent: resuming (or rerunning a finished run) never repeats an
 evaluation line, redoes an evaluation at the checkpointed step if a kill lost it, and reuses the
 final evaluation if it was logged. A fresh start that fails before its first checkpoint removes
-the files it wrote (:class:`dca_theory.lm.run_files.StartFiles`).
+the files it wrote (:class:`dca_theory.lm.run_files.StartFiles`). Of several processes
+(:mod:`dca_theory.lm.distributed`) process 0 alone writes these files; every process takes part
+in each checkpoint save.
 
 Metrics are pulled to the host one step late (the device is never idle waiting for the host);
 a non-finite loss or gradient, or non-finite parameters at a checkpoint, stop the run with
@@ -35,7 +37,7 @@ from tqdm.auto import tqdm
 
 from dca_theory.io import environment, to_jsonable, write_json
 from dca_theory.lm import data as lm_data
-from dca_theory.lm import run_files, workdir_lock
+from dca_theory.lm import distributed, run_files, workdir_lock
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
@@ -124,7 +126,7 @@ def train_and_evaluate(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir
     """
     workdir = Path(workdir)
     run_files.check_workdir(workdir)
-    if jax.process_index() != 0:  # a multi-host run: its first process holds the directory
+    if not distributed.is_primary():  # several processes: the first holds the directory
         return _train(model_cfg, train_cfg, workdir, build, init_from, hooks)
     with workdir_lock.hold(workdir):
         return _train(model_cfg, train_cfg, workdir, build, init_from, hooks)
@@ -163,33 +165,44 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
     opt_sh = shd.state_shardings(opt_state, mesh, fsdp=train_cfg.fsdp)
     rep, batch_sh = shd.replicated(mesh), shd.batch_sharding(mesh)
     params, opt_state = shd.put_state(params, param_sh), shd.put_state(opt_state, opt_sh)
-    rng = jax.device_put(rng, rep)
+    rng = shd.put_state(rng, rep)
     start = 0
+    # Several processes: process 0 alone writes the run's files; every process takes part in
+    # each checkpoint save (orbax writes each array shard from the process that holds it).
+    primary = distributed.is_primary()
     if resuming:  # restore before writing anything: no checkpoint restoring is an error
         start, (params, opt_state, rng) = run_files.resume(workdir, train_cfg,
-                                                           (params, opt_state, rng))
+                                                           (params, opt_state, rng),
+                                                           move_damaged=primary)
         metrics_path = workdir / "metrics.jsonl"
         run_files.check_history(metrics_path, run_files.read_metrics(metrics_path), start,
                                 train_cfg.steps)
+    rows = distributed.process_rows(train_cfg.batch_size, jax.process_index(),
+                                    jax.process_count())
+    if jax.process_count() > 1:
+        print(f"process {jax.process_index()} of {jax.process_count()}: rows "
+              f"{rows.start}:{rows.stop} of every batch of {train_cfg.batch_size}", flush=True)
 
     # Everything is validated (the model built, the checkpoint restored): only now write.
-    fresh = None if resuming else run_files.StartFiles(workdir)
+    fresh = None if resuming or not primary else run_files.StartFiles(workdir)
     ckpt = None
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        write_json(workdir / "config.json", run_files.config_record(model_cfg, train_cfg,
-                                                                    fingerprint))
-        corpus.tokenizer.save(workdir / "tokenizer.json")
-        if fresh is not None:  # the history exists from the start (see check_history)
-            (workdir / "metrics.jsonl").write_text("")
-        (workdir / "summary.json").unlink(missing_ok=True)
+        if primary:
+            workdir.mkdir(parents=True, exist_ok=True)
+            write_json(workdir / "config.json", run_files.config_record(model_cfg, train_cfg,
+                                                                        fingerprint))
+            corpus.tokenizer.save(workdir / "tokenizer.json")
+            if fresh is not None:  # the history exists from the start (see check_history)
+                (workdir / "metrics.jsonl").write_text("")
+            (workdir / "summary.json").unlink(missing_ok=True)
         # keep the history up to the checkpoint: later lines are redone, not repeated
         history = run_files.rewrite_metrics(workdir / "metrics.jsonl",
-                                            lambda r: r["step"] <= start)
-        if stored_lr is not None and stored_lr != train_cfg.lr:
+                                            lambda r: r["step"] <= start, write=primary)
+        if primary and stored_lr is not None and stored_lr != train_cfg.lr:
             run_files.append_metrics(workdir / "metrics.jsonl", {
                 "step": start, "lr_from": stored_lr, "lr_to": train_cfg.lr})
             print(f"peak learning rate changed from {stored_lr} to {train_cfg.lr} at step {start}")
+        distributed.barrier("lm-train-files")  # the workdir exists before orbax looks at it
         ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
         step_fn = jax.jit(make_train_step(static, optimizer, train_cfg),
                           in_shardings=(param_sh, opt_sh, rep, batch_sh, rep),
@@ -200,7 +213,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
             [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(p)])))
         eval_kw = {"seq_len": seq_len, "batch_size": train_cfg.batch_size // train_cfg.grad_accum,
                    "mesh": mesh}
-        loop = _Loop(workdir, train_cfg, ckpt, start, history)
+        loop = _Loop(workdir, train_cfg, ckpt, start, history, primary)
         try:
             if (start and start % train_cfg.eval_every == 0 and start != train_cfg.steps
                     and not any(r["step"] == start and "valid_loss" in r for r in history)):
@@ -210,9 +223,10 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
             for step in range(start, train_cfg.steps):
                 batch = lm_data.train_batch(corpus.train, seq_len=seq_len,
                                             batch_size=train_cfg.batch_size,
-                                            seed=train_cfg.seed, step=step)
-                params, opt_state, metrics = step_fn(params, opt_state, rng,
-                                                     shd.put_batch(batch, mesh), np.int32(step))
+                                            seed=train_cfg.seed, step=step, rows=rows)
+                batch = shd.put_batch(batch, mesh, global_rows=train_cfg.batch_size)
+                params, opt_state, metrics = step_fn(params, opt_state, rng, batch,
+                                                     np.int32(step))
                 loop.push(step + 1, metrics)  # checks the *previous* step's metrics
                 done = step + 1
                 for hook in hooks:
@@ -265,6 +279,8 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
         "valid_ppl_history": loop.valid_history, "tokens_per_s": loop.tokens_per_s,
         "model": model_cfg, "train": train_cfg, "environment": environment(),
     }
+    if not primary:
+        return json.loads(json.dumps(to_jsonable(summary)))
     write_json(workdir / "summary.json", summary)
     return json.loads((workdir / "summary.json").read_text(encoding="utf-8"))
 
@@ -273,8 +289,9 @@ class _Loop:
     """Host-side bookkeeping: delayed metric fetch, NaN guard, JSON lines, progress bar."""
 
     def __init__(self, workdir: Path, cfg: LMTrainConfig, ckpt: Checkpointer, start: int,
-                 history: list[dict]):
+                 history: list[dict], primary: bool = True):
         self.path, self.cfg, self.ckpt = workdir / "metrics.jsonl", cfg, ckpt
+        self.primary = primary  # only process 0 writes metrics and shows progress
         self.pending = None
         trained = [r for r in history if "loss" in r]  # a rerun of a finished run trains nothing
         self.last_loss = float(trained[-1]["loss"]) if trained else float("nan")
@@ -282,7 +299,7 @@ class _Loop:
             (r["step"], r["valid_ppl"]) for r in history if "valid_ppl" in r]
         self.tokens_per_s = float(trained[-1]["tokens_per_s"]) if trained else 0.0
         self._t, self._tokens = time.perf_counter(), 0.0
-        self.bar = tqdm(total=cfg.steps, initial=start, disable=not cfg.progress,
+        self.bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and primary),
                         unit="step", dynamic_ncols=True)
 
     def push(self, step: int, metrics) -> None:
@@ -304,9 +321,10 @@ class _Loop:
             now = time.perf_counter()
             self.tokens_per_s = self._tokens / max(now - self._t, 1e-9)
             self._t, self._tokens = now, 0.0
-            run_files.append_metrics(self.path, {"step": step, "loss": m["loss"], "lr": m["lr"],
-                                                 "grad_norm": m["grad_norm"],
-                                                 "tokens_per_s": self.tokens_per_s})
+            if self.primary:
+                run_files.append_metrics(self.path, {
+                    "step": step, "loss": m["loss"], "lr": m["lr"], "grad_norm": m["grad_norm"],
+                    "tokens_per_s": self.tokens_per_s})
             self.bar.set_postfix(loss=f"{m['loss']:.3f}", tok_s=f"{self.tokens_per_s:,.0f}")
 
     def non_finite(self, what: str) -> NonFiniteLossError:
@@ -318,14 +336,16 @@ class _Loop:
         return NonFiniteLossError(f"{what}; stopped. {where}")
 
     def log_eval(self, step: int, split: str, result: dict) -> None:
+        if split == "valid":
+            self.valid_history.append((step, result["ppl"]))
+        self._t = time.perf_counter()  # evaluation time is not training throughput
+        if not self.primary:
+            return
         run_files.append_metrics(self.path, {"step": step, f"{split}_loss": result["loss"],
                                              f"{split}_ppl": result["ppl"],
                                              f"{split}_tokens": result["tokens"]})
-        if split == "valid":
-            self.valid_history.append((step, result["ppl"]))
         self.bar.write(f"step {step}: {split} loss {result['loss']:.4f}, "
                        f"perplexity {result['ppl']:.2f}")
-        self._t = time.perf_counter()  # evaluation time is not training throughput
 
     def close(self) -> None:
         self.bar.close()

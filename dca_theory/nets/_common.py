@@ -26,10 +26,7 @@ from dca_theory import schemes
 from dca_theory.gates import DEFAULT_GATE
 from dca_theory.residual import (
     AbstractCombiner,
-    NewestOnly,
-    PlainSum,
     ResidualStack,
-    SoftmaxOverDepth,
     check_k,
     check_kind,
     combine,
@@ -138,17 +135,7 @@ def skip_term(combiner: AbstractCombiner, x: Float[Array, " d"], size: int
     Every other slot is a sum of layer outputs whose Jacobians have rank <= r_t, so the
     Jacobian of the model minus the Jacobian of this term has rank <= r_* (Prop. 4.5).
     """
-    if isinstance(combiner, NewestOnly):
-        return jnp.zeros_like(x)
-    if isinstance(combiner, PlainSum):
-        return x
-    if isinstance(combiner, SoftmaxOverDepth):
-        raise ValueError("skip: kind 'attn_res' has no input-slot term of its own (its softmax "
-                         "weight on x depends on every entry); valid kinds: base, vanilla, "
-                         "grn_v1, grn_v2, grn_v3")
-    stack = jnp.zeros((size, x.shape[0]), x.dtype).at[0].set(x)
-    # Zero entries add nothing to any combiner (b*0 = 0 and ReLU(w.0)*0 = 0).
-    return combiner(stack)
+    return combiner.input_term(x, size)
 
 
 class ResidualNet(eqx.Module):

@@ -26,7 +26,7 @@ from dca_theory.nets._common import (
     rank_array,
     rank_mask,
 )
-from dca_theory.residual import AbstractCombiner, check_k, check_kind
+from dca_theory.residual import AbstractCombiner, check_k, check_kind, linear_kinds
 
 
 class DeepLinear(ResidualNet):
@@ -97,10 +97,17 @@ class DeepLinear(ResidualNet):
         m = self.mask.astype(self.P.dtype)[:, None, :]
         return jnp.einsum("tdr,ter->tde", self.P * m, self.Q * m)
 
+    @property
+    def linear(self) -> bool:
+        """Whether the net is one linear map: every combiner's coefficients are constant."""
+        return all(c.linear for c in self.combiners)
+
     def end_to_end_matrix(self) -> Float[Array, "d d"]:
-        """The matrix Â with f(x) = Â x (every kind but a gated ``grn_v3``)."""
-        if self.kind in ("grn_v3", "attn_res"):
-            raise ValueError(f"end_to_end_matrix: kind {self.kind!r} is not linear; valid "
-                             "kinds: base, res, grn_v1, grn_v2")
+        """The matrix Â with f(x) = Â x (kinds whose combiners are linear: not a gated
+        ``grn_v3``, not ``attn_res``)."""
+        if not self.linear:
+            raise ValueError(f"end_to_end_matrix: kind {self.kind!r} is not linear (its "
+                             "combiners' weights depend on the input); valid kinds: "
+                             f"{', '.join(linear_kinds())}")
         eye = jnp.eye(self.dim, dtype=self.P.dtype)
         return jax.vmap(self)(eye).T  # column j is f(e_j)

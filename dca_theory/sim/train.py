@@ -129,9 +129,10 @@ def _check_inputs(model, target, cfg: ToyTrainConfig) -> None:
     ])
     if cfg.loss == "population" and not hasattr(target, "A"):
         raise ValueError("loss='population' needs a LinearTarget (a target with matrix A)")
-    if cfg.loss == "population" and getattr(model, "kind", None) in ("grn_v3", "attn_res"):
-        raise ValueError(f"loss='population' needs a linear model; kind {model.kind!r} is not "
-                         "linear")
+    if cfg.loss == "population" and not getattr(model, "linear", False):
+        raise ValueError("loss='population' needs a linear model (a DeepLinear whose combiners "
+                         f"are linear); kind {getattr(model, 'kind', type(model).__name__)!r} "
+                         "is not linear")
 
 
 @eqx.filter_jit

@@ -124,3 +124,23 @@ def test_gap_at_equal_time_interpolates_at_the_shorter_run_end():
     g = st.gap_at_equal_time([10, 100], [3.0, 2.0], [15, 150], [3.1, 1.9])
     assert g["time_s"] == 100 and g["D"] == pytest.approx(100 * (1.9 + (3.1 - 1.9) * 50 / 135
                                                                  - 2.0), abs=1e-9)
+
+
+def test_multiplier_per_seed_reads_each_seed_on_its_own_curve():
+    # two seeds; seed 0's curve is 20 -> 10 over 1e4 -> 1e6 parameters, seed 1's 22 -> 12:
+    # a target halfway in perplexity needs the geometric mean of the parameter range, 1e5
+    m = st.multiplier_per_seed([1e4, 1e6], [[20.0, 22.0], [10.0, 12.0]], 5e4, [15.0, 17.0])
+    assert m["per_seed"] == pytest.approx([2.0, 2.0], rel=1e-12)
+    assert m["geometric_mean"] == pytest.approx(2.0) and m["ci"] == pytest.approx([2.0, 2.0])
+    # unequal seeds: the interval is the t interval of the log multipliers, exponentiated
+    m = st.multiplier_per_seed([1e4, 1e6], [[20.0, 20.0, 20.0], [10.0, 10.0, 10.0]], 1e4,
+                               [15.0, 12.5, 17.5])
+    logm = np.log(np.asarray(m["per_seed"]))
+    half = stats.t.ppf(0.975, 2) * logm.std(ddof=1) / np.sqrt(3)
+    assert m["ci"] == pytest.approx(np.exp([logm.mean() - half, logm.mean() + half]))
+    assert m["ci"][0] < m["geometric_mean"] < m["ci"][1]
+    # a seed beyond its base curve: no extrapolation, no multiplier
+    assert st.multiplier_per_seed([1e4, 1e6], [[20.0, 20.0], [10.0, 10.0]], 1e4,
+                                  [15.0, 9.0]) is None
+    with pytest.raises(ValueError, match="shape"):
+        st.multiplier_per_seed([1e4, 1e6], [[20.0, 10.0]], 1e4, [15.0, 15.0])

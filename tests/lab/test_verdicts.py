@@ -125,6 +125,20 @@ def test_the_table_reads_the_committed_files_with_finite_numbers_and_known_label
     # the runs that could not show an effect are labelled so, whatever their numbers
     assert table["table7_ablation"]["verdict"]["ptb"] == V.NOT_AT_BUDGET
     assert table["table1_k"]["verdict"]["3x faster"] == V.NOT_AT_BUDGET
+    # no spike in any architecture: nothing the runs could have compared
+    spikes = table["stability_spikes"]
+    assert sum(spikes["events_at_headline"].values()) == 0
+    assert spikes["verdict"] == V.NOT_AT_BUDGET
+    # equal time: the claim must hold in each test, so it takes the weakest of them
+    eq = table["figures78_equal_time"]
+    assert eq["verdict"] == V.weakest(g["verdict"] for g in eq["at_vanilla_end"].values())
+    # the near-convergence slope's sign is a post-hoc reading, never one of the verdicts
+    near = table["table2_width"]["near_convergence_slope"]
+    assert "sign_by_the_table_rule_post_hoc" in near
+    assert not any("near convergence" in k for k in table["table2_width"]["verdict"])
+    # the per-seed parameter multiplier's interval holds its geometric mean
+    for m in table["figure6_depth"]["vanilla_param_multiplier_per_seed"].values():
+        assert m["ci"][0] <= m["geometric_mean"] <= m["ci"][1] and m["n"] >= 2
     # the width claim quotes the pre-registered grid's own outcome, whatever it is
     decision = json.loads((RESULTS / "lm_evidence" / "summary.json").read_text())[
         "datasets"]["ptb-char"]["decision"]

@@ -99,7 +99,6 @@ def test_train_resume_eval_sample_end_to_end(tmp_path, corpus, capsys):
 
 
 def test_info_reports_the_paper_parameter_count(capsys):
-    pytest.importorskip("dca_theory.lab.paper_param_counts")
     assert main(["lm", "info", "--preset", "paper"]) == 0
     out = capsys.readouterr().out
     assert "49,653,040" in out  # the paper's 49.65M vanilla model (Flax lm1b defaults)

@@ -1,5 +1,5 @@
 """Parameter counts: the paper preset, closed form vs counted arrays (the paper's reported totals
-and the ``lm info`` table: ``tests/lab/test_paper_param_counts.py``)."""
+and the ``lm info`` table: ``tests/lm/test_paper_param_counts.py``)."""
 
 import jax
 import pytest

@@ -102,7 +102,3 @@ def test_batch_must_divide_over_devices(unchecked):  # a stand-in mesh
     with pytest.raises(ValueError, match="micro-batch size 3 .* divisible by the"):
         shd.check_batch_divisible(6, 2, SimpleNamespace(size=4))  # only .size is read
 
-
-def test_distributed_initialisation_only_when_asked(monkeypatch):
-    monkeypatch.delenv("JAX_COORDINATOR_ADDRESS", raising=False)
-    assert shd.maybe_initialize_distributed(False) is False

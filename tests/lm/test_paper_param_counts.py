@@ -3,8 +3,8 @@
 import pytest
 
 from dca_theory import schemes
-from dca_theory.lab.paper_param_counts import PAPER_REPORTED_M, info_rows, info_table
 from dca_theory.lm.config import PRESETS
+from dca_theory.lm.paper_param_counts import PAPER_REPORTED_M, info_rows, info_table
 from dca_theory.lm.params import param_count
 
 PAPER, TINY = PRESETS["paper"], PRESETS["tiny"]
