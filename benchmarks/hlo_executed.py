@@ -177,9 +177,19 @@ def _sliced_parameters(fused: list) -> dict[int, int]:
     return out
 
 
-def executed(text: str, label=None) -> dict:
+def source(kind: str, attrs: str) -> str:
+    """A kernel's kind and where it came from: the last three parts of its ``op_name``
+    metadata (e.g. ``closed_call/jvp()/mul``: a multiply of a linearised, i.e. recomputed,
+    forward pass; ``transpose(...)``: of a backward pass), ``L`` if it runs in a loop."""
+    m = re.search(r'op_name="([^"]*)"', attrs)
+    name = re.sub(r"jit\([^)]*\)/", "", m.group(1)) if m else "?"
+    return f"{kind} | {'L' if 'while' in name else '-'} | " + "/".join(name.split("/")[-3:])
+
+
+def executed(text: str, label=None, top: int = TOP) -> dict:
     """The executed work of a compiled program (see the module docstring); ``top_kinds`` groups
-    kernels by ``label(kind, attributes)`` if given (e.g. by their ``op_name`` metadata)."""
+    kernels by ``label(kind, attributes)`` if given (e.g. :func:`source`) and keeps the ``top``
+    groups of each figure."""
     comps, entry = parse_module(text)
     totals = {"dot_flops": 0, "elementwise": 0, "bytes": 0, "copy_bytes": 0,
               "dus_bytes": 0, "dynamic_slice_bytes": 0}
@@ -229,7 +239,7 @@ def executed(text: str, label=None) -> dict:
     walk(entry, 1)
     static = Counter(op for insts in comps.values() for _, _, op, _, _ in insts)
     return {**totals, "ops": dict(ops.most_common()),
-            "top_kinds": {key: dict(c.most_common(TOP)) for key, c in by_kind.items()},
+            "top_kinds": {key: dict(c.most_common(top)) for key, c in by_kind.items()},
             "static": {"instructions": sum(static.values()), "computations": len(comps),
                        "while": static["while"], "fusion": static["fusion"],
                        "dynamic-update-slice": static["dynamic-update-slice"],

@@ -11,7 +11,10 @@ gradient, no optimiser update) and the loss alone (``forward``) and records
   of in-place buffer updates and of dynamic slices, and kernels run by kind;
 * XLA's own ``cost_analysis()`` (FLOPs, bytes accessed: a ``while`` body counted once, so it
   understates any scan) and ``memory_analysis()`` (temporary, argument, output bytes);
-* the program's size (instructions, while loops, fusions) and the compile time (indicative).
+* the program's size (instructions, while loops, fusions) and the compile time (indicative);
+* with ``--sources``, the kernels doing most work grouped by where they came from (their
+  ``op_name``: the forward scan, the recomputed forward ``jvp(...)``, the backward pass
+  ``transpose(...)``), which attributes the bytes to the GRNs, the buffer and the blocks.
 
 Variants: the model kinds ``vanilla``, ``dca``, ``2-dca`` unrolled and scanned, and controlled
 changes of the scanned full DCA trunk (:mod:`dca_theory.lm.layer_scan`), one at a time:
@@ -25,6 +28,7 @@ Usage::
 
     python benchmarks/lm_scan_cost.py --depths 12 --json benchmarks/results/lm_scan_cost_d12.json
     python benchmarks/lm_scan_cost.py --depths 24 --variants vanilla vanilla-scan dca-scan
+    python benchmarks/lm_scan_cost.py --depths 24 --variants dca dca-scan --modes train --sources
     python benchmarks/lm_scan_cost.py --smoke        # tiny sizes, seconds (the test's run)
 
 Width 256, heads 4, MLP 1024, sequence 128, batch 4, vocabulary 8192, float32, dropout 0 by
@@ -44,7 +48,7 @@ import equinox as eqx
 import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hlo_executed import executed  # noqa: E402
+from hlo_executed import executed, source  # noqa: E402
 from lm_bench_common import (  # noqa: E402
     apply_preset,
     check_positive,
@@ -69,6 +73,8 @@ BASE = {"vanilla": ("vanilla", "unroll", {}), "vanilla-scan": ("vanilla", "scan"
         "2-dca-scan-fusedgrn": ("2-dca", "scan", {"SCAN_GRN_IMPL": None})}
 DEFAULT_VARIANTS = [*BASE, "dca-scan-g1", "dca-scan-g4", "dca-scan-gdepth"]
 MODES = ("train", "forward")
+#: kernel groups kept per figure with ``--sources`` (enough to account for nearly all bytes)
+SOURCES_TOP = 80
 SMOKE = {"depths": [3], "width": 64, "seq": 8, "batch": 1, "vocab": 64,
          "variants": ["vanilla", "dca-scan-g1"]}
 #: figures of each record that the table prints, with their column titles
@@ -117,6 +123,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=8192, help="the project's BPE vocabulary size")
     p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS))
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--sources", action="store_true",
+                   help="also record the kernels doing most work by their op_name (top_sources)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: a dry run in seconds")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
@@ -158,7 +166,10 @@ def measure(variant: str, depth: int, mode: str, args) -> dict:
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     mem = compiled.memory_analysis()
-    work = executed(compiled.as_text())
+    text = compiled.as_text()
+    work = executed(text)
+    if args.sources:
+        work["top_sources"] = executed(text, label=source, top=SOURCES_TOP)["top_kinds"]
     return {**{k: v for k, v in work.items()}, "compile_s": compile_s,
             "xla_flops_body_once": float(cost.get("flops", 0.0)),
             "xla_bytes_body_once": float(cost.get("bytes accessed", 0.0)),
