@@ -195,6 +195,37 @@ def main(argv=None) -> dict:
     return emit(record, args.json)
 
 
+#: the reference GRN's kernels in a scanned DCA program, by fusion kind: the gated product
+#: ``relu(b + w·h) ⊙ h``, its ReLU mask, the slice's cotangent padded back to the buffer, the
+#: slices of the buffer (a ``ynn_fusion`` named ``reduce_sum`` is the reduction over the stack)
+GRN_KINDS = ("maximum_multiply", "multiply_select", "pad_add", "slice_", "bitcast_select",
+             "wrapped_slice")
+
+
+def attribution(top_bytes: dict) -> dict[str, float]:
+    """Bytes of a ``--sources`` record (``top_sources["bytes"]``) by where they are spent:
+    outside the loops; the in-loop buffer updates, slices and copies; and, in the loops, the
+    GRN's kernels and the others (attention, MLP, LayerNorms) of the forward pass, of the
+    recomputed forward pass (``jvp(...)`` in the backward loop) and of the VJP
+    (``transpose(...)``). Meant for the scanned DCA's hand-written backward pass."""
+    out: dict[str, float] = {}
+    for key, nbytes in top_bytes.items():
+        kind, loop, name = key.split(" | ")
+        if loop == "-":
+            where = "outside loops"
+        elif "dynamic-update-slice" in kind or "dynamic-slice" in kind or kind == "copy" \
+                or name.startswith("while/body/") or "body/dynamic" in name:
+            where = "loop: buffer updates, slices, copies"
+        else:
+            phase = ("VJP" if "transpose(" in name
+                     else "recomputed forward" if "jvp(" in name else "forward")
+            grn = kind.startswith(GRN_KINDS) or (kind == "ynn_fusion"
+                                                 and name.endswith("reduce_sum"))
+            where = f"loop, {phase}: " + ("GRN" if grn else "other")
+        out[where] = out.get(where, 0.0) + nbytes
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def print_table(record: dict) -> None:
     """One table per depth and mode; ratios to vanilla (unrolled) where it was run."""
     print(f"\nload {record['machine_before']['loadavg_1_5_15'][0]:.1f} -> "
@@ -210,6 +241,11 @@ def print_table(record: dict) -> None:
                     ratio = f" ({res[key] / base[key]:.2f})" if base and base[key] else ""
                     cells.append(f"{res[key] / scale:.3g}{ratio}".rjust(18))
                 print(f"{variant:22s}" + "".join(cells))
+            for variant, res in by_variant.items():
+                if "top_sources" in res:
+                    print(f"  {variant}: bytes by where [GB] " + ", ".join(
+                        f"{k} {v / 1e9:.2f}"
+                        for k, v in attribution(res["top_sources"]["bytes"]).items()))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,16 @@ def test_smoke_run_records_the_work_of_every_program(bench, tmp_path):
     assert 3.4 < scan_train["dot_flops"] / scan_fwd["dot_flops"] < 4.0
     assert scan_train["static"]["while"] == 2 and train["static"]["while"] == 0
     assert "loadavg_1_5_15" in record["machine_before"] and "machine_after" in record
+
+
+def test_attribution_sorts_kernels_by_pass_and_by_grn(bench):
+    top = {"maximum_multiply_fusion | L | body/closed_call/mul": 3.0,
+           "ynn_fusion | L | closed_call/jvp()/reduce_sum": 2.0,
+           "ynn_fusion | L | closed_call/transpose(jvp())/dot_general": 1.5,
+           "bitcast_dynamic-update-slice_fusion | L | while/body/dynamic_update_slice": 1.0,
+           "dot | - | ?": 0.5}
+    assert bench.attribution(top) == {"loop, forward: GRN": 3.0,
+                                      "loop, recomputed forward: GRN": 2.0,
+                                      "loop, VJP: other": 1.5,
+                                      "loop: buffer updates, slices, copies": 1.0,
+                                      "outside loops": 0.5}
