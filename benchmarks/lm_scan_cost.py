@@ -32,8 +32,9 @@ Usage::
     python benchmarks/lm_scan_cost.py --smoke        # tiny sizes, seconds (the test's run)
 
 Width 256, heads 4, MLP 1024, sequence 128, batch 4, vocabulary 8192, float32, dropout 0 by
-default. Runtime on the 2-core CPU under load ~10: about 12 minutes for every variant at depth
-12 (the unrolled DCA's compilations dominate).
+default. Runtime on the 2-core CPU at load 9-14: 10 minutes for every default variant at depth
+12, 14 minutes for the depth-24 set of ``paper/06_performance.md`` §6.11 (the unrolled DCA's
+compilations dominate); ``--smoke`` about 20 s of CPU.
 """
 
 from __future__ import annotations
