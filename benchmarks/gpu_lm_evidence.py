@@ -102,12 +102,18 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
     cfg = ModelConfig(vocab_size=corpus.vocab_size, max_len=args.seq, d_model=width,
                       n_heads=args.heads, d_mlp=4 * width, n_layers=args.depth,
                       residual=residual, grn_gate=gate, dropout=0.0, attn_dropout=0.0)
+    return {"arm": arm, "width": width, "gate": gate,
+            **train_model(cfg, args.lr, args, corpus, tuple(range(args.seeds)))}
+
+
+def train_model(cfg: ModelConfig, lr: float, args, corpus, seeds: tuple[int, ...]) -> dict:
+    """Train ``cfg`` on every seed of ``seeds`` at once (vmapped) for ``args.tokens`` tokens
+    per seed in whole chunks of ``args.chunk`` steps; the measurements of the module doc."""
     steps = -(-args.tokens // (args.batch * args.seq))
     steps = -(-steps // args.chunk) * args.chunk  # whole chunks
     tc = LMTrainConfig(data="python-stdlib", batch_size=args.batch, seq_len=args.seq,
-                       steps=steps, lr=args.lr, warmup_steps=max(1, steps // 20),
+                       steps=steps, lr=lr, warmup_steps=max(1, steps // 20),
                        compute_dtype=args.dtype, progress=False)
-    seeds = tuple(range(args.seeds))
     params, static = stack_models(init_models(cfg, seeds))
     optimizer = make_lm_optimizer(tc)
     opt_state = jax.vmap(optimizer.init)(params)
@@ -130,7 +136,8 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
             compile_s = time.perf_counter() - t
         losses.append(loss.mean(axis=0))
         if not np.all(np.isfinite(loss)):
-            raise FloatingPointError(f"non-finite loss in {arm} width {width} near step {step0}")
+            raise FloatingPointError(f"non-finite loss at width {cfg.d_model} ({cfg.residual}, "
+                                     f"gate {cfg.grn_gate}) near step {step0}")
         done = step0 + args.chunk
         if done in marks:
             v = evaluate(eval_fn, params, valid_head, args.seq, args.eval_batch)
@@ -141,9 +148,10 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
              for s in ("valid", "test")}
     n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(
         eqx.filter(params, eqx.is_inexact_array))))
-    return {"arm": arm, "width": width, "gate": gate, "params": n_params,
+    return {"params": n_params, "d_mlp": cfg.d_mlp,
             "non_embedding_params": non_embedding_count(cfg), "steps": steps,
-            "tokens_per_seed": steps * tok_per_step, "lr": args.lr, "train_s": train_s,
+            "tokens_per_seed": steps * tok_per_step, "lr": lr, "seeds": list(seeds),
+            "train_s": train_s,
             "compile_s": compile_s, "wall_s": time.perf_counter() - start,
             "tokens_per_s": steps * tok_per_step * len(seeds) / train_s,
             "valid_loss": final["valid"].tolist(), "test_loss": final["test"].tolist(),
