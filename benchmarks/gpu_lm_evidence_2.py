@@ -58,7 +58,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_lm_evidence import train_model  # noqa: E402
+from gpu_lm_evidence import (  # noqa: E402
+    add_training_args,
+    check_training_args,
+    head_of,
+    train_model,
+)
 from lm_bench_common import emit, machine, model_flops_per_step, save_partial  # noqa: E402
 
 from dca_theory.lab import lm_evidence2_analysis as A2  # noqa: E402
@@ -154,18 +159,7 @@ def parse(argv):
     p.add_argument("--arms", nargs="+", default=None, help="a subset (width 1024: one per call)")
     p.add_argument("--rate64", nargs="+", default=None, help="ARM=LR at width 64")
     p.add_argument("--rates-from", default=str(CPU_SUMMARY))
-    p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--tokens", type=int, default=50_000_000, help="training tokens per seed")
-    p.add_argument("--batch", type=int, default=64, help="sequences per seed and step")
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--chunk", type=int, default=109,
-                   help="steps per compiled scan (3052 = 28 x 109)")
-    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
-    p.add_argument("--valid-tokens", type=int, default=1_000_000)
-    p.add_argument("--eval-batch", type=int, default=256)
-    p.add_argument("--budget-s", type=float, default=560.0)
+    add_training_args(p, chunk=109, help_chunk=" (3052 = 28 x 109)")
     p.add_argument("--plan", action="store_true", help="print the FLOP budget and stop")
     p.add_argument("--combine", nargs="+", default=None, help="summarise these calls' JSONs")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes: test the script on CPU")
@@ -175,15 +169,7 @@ def parse(argv):
         args.widths, args.seeds, args.tokens, args.batch, args.seq = [8], 2, 1024, 4, 16
         args.depth, args.heads = 1, 2
         args.chunk, args.valid_tokens, args.eval_batch, args.dtype = 8, 256, 8, "float32"
-    for name in ("seeds", "depth", "heads", "tokens", "batch", "seq", "chunk", "valid_tokens",
-                 "eval_batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got "
-                             f"{getattr(args, name)}")
-    bad = [w for w in args.widths if w < 1 or w % args.heads]
-    if bad:
-        raise SystemExit(f"error: width {bad[0]} must be >= 1 and divisible by --heads "
-                         f"{args.heads}")
+    check_training_args(args)
     valid = arms_for(args.gate)
     wrong = [a for a in args.arms or [] if a not in valid]
     if wrong:
@@ -209,9 +195,8 @@ def main(argv=None) -> dict:
     from dca_theory.lm import data as lm_data
 
     corpus = lm_data.load_corpus("python-stdlib")
-    if args.dry_run:  # the first bytes of each split are plenty for a dry run
-        corpus = lm_data.Corpus(corpus.name, corpus.tokenizer, corpus.train[:65536],
-                                corpus.valid[:2048], corpus.test[:2048])
+    if args.dry_run:
+        corpus = head_of(corpus, 2048)
     seeds = tuple(range(FIRST_SEED, FIRST_SEED + args.seeds))
     record = {"benchmark": "gpu_lm_evidence_2", "args": vars(args), "machine": machine(),
               "rate_rule": "CPU sweep's width-64 best, halved per doubling", "rate64": rate64,
