@@ -110,8 +110,8 @@ def rates_at_64(args, arms) -> dict[str, float]:
                              f"got {item!r}")
         out[arm] = float(value)
     summary = Path(args.rates_from)
-    if summary.is_file():
-        cpu = json.loads(summary.read_text()).get("rates", {})
+    cpu = json.loads(summary.read_text()).get("rates", {}) if summary.is_file() else {}
+    if cpu:
         for arm in arms:
             if arm not in out and f"ptb-char/{arm}/w64" in cpu:
                 out[arm] = cpu[f"ptb-char/{arm}/w64"]["lr"]
@@ -122,6 +122,15 @@ def rates_at_64(args, arms) -> dict[str, float]:
         raise SystemExit(f"error: no width-64 rate for {', '.join(missing)}: give --rate64 "
                          f"ARM=LR or a CPU summary with them (--rates-from {summary})")
     return out
+
+
+def rule_against_cpu_128(args, rate64: dict[str, float]) -> dict:
+    """The scaling rule's rate at width 128 beside the CPU sweep's best there (part E), for
+    the arms the CPU grid swept at 128."""
+    summary = Path(args.rates_from)
+    cpu = json.loads(summary.read_text()).get("rates", {}) if summary.is_file() else {}
+    return {arm: {"rule": rate(arm, 128, rate64), "cpu_sweep": cpu[f"ptb-char/{arm}/w128"]["lr"]}
+            for arm in rate64 if f"ptb-char/{arm}/w128" in cpu}
 
 
 def plan(widths, arms, args, vocab: int = BYTE_VOCAB) -> dict:
@@ -200,6 +209,7 @@ def main(argv=None) -> dict:
     seeds = tuple(range(FIRST_SEED, FIRST_SEED + args.seeds))
     record = {"benchmark": "gpu_lm_evidence_2", "args": vars(args), "machine": machine(),
               "rate_rule": "CPU sweep's width-64 best, halved per doubling", "rate64": rate64,
+              "rule_against_cpu_sweep_at_128": rule_against_cpu_128(args, rate64),
               "plan": plan(args.widths, arms, args, corpus.vocab_size), "runs": {},
               "skipped": []}
     start, runs, walls = time.perf_counter(), {}, {}  # walls: width -> its longest run

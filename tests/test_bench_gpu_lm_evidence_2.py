@@ -51,7 +51,12 @@ def test_rates_follow_the_scaling_rule_from_the_cpu_summary(bench, tmp_path):
     r64 = bench.rates_at_64(args, bench.arms_for("paper"))
     assert r64 == {"dca_paper": 0.004, "vanilla": 0.016, "vanilla_matched": 0.016}
     assert [bench.rate("vanilla", w, r64) for w in (64, 128, 1024)] == [0.016, 0.008, 0.001]
-    with pytest.raises(SystemExit, match="no width-64 rate for dca_bias_inside"):
+    # where the CPU grid swept width 128, the rule's rate is reported beside its best
+    cpu.write_text(json.dumps({"rates": {"ptb-char/vanilla/w64": {"lr": 0.016},
+                                         "ptb-char/vanilla/w128": {"lr": 0.004}}}))
+    assert bench.rule_against_cpu_128(args, r64) == {
+        "vanilla": {"rule": 0.008, "cpu_sweep": 0.004}}
+    with pytest.raises(SystemExit, match="no width-64 rate for vanilla_matched, dca_paper, dca_bias_inside"):
         bench.rates_at_64(bench.parse(["--rates-from", str(cpu), "--gate", "bias_inside"]),
                           bench.arms_for("bias_inside"))
 

@@ -156,10 +156,15 @@ class Grid2:
             shared, own = self.rate(data, "vanilla", w), self.rate(data, "dca_paper", w)
             if shared is None or own is None:
                 continue
+            if f"{shared:g}" == f"{own:g}":  # no confound to measure: the own-rate run stands
+                main = self.records.get(data, {}).get(("dca_paper", w))
+                if main is not None:
+                    self.shared[w] = A2.restrict(main, cfg.pool(cfg.shared_seeds))
+                continue
             r = self.get(cfg.run_spec(self.quick, "dca_paper", w, data, shared,
                                       cfg.pool(cfg.shared_seeds)))
             if isinstance(r, dict):
-                self.shared[w] = r  # at equal rates this is the own-rate run's spec or a twin
+                self.shared[w] = r
 
     def h4(self) -> dict:
         cfg = self.cfg
