@@ -92,7 +92,8 @@ def analyse(grid: Grid2) -> dict:
         sec, w = grid.records.get(data, {}), cfg.secondary_width
         out["secondary"][data] = {
             "H2": {arm: A2.h2(sec, arm, (w,)) for arm in dca_arms},
-            "H4_pairs": A2.h4(sec, cfg.gates, (w,), cfg.pool(cfg.secondary_seeds))}
+            "H4_pairs": A2.h4(sec, cfg.gates, (w,), cfg.pool(cfg.secondary_seeds))
+            | {"enters_the_rule": False}}
         h2_by |= {(data, arm): out["secondary"][data]["H2"][arm] for arm in dca_arms}
     if "bias_inside" in cfg.gates:
         out["H3"] = A2.h3({d: grid.records.get(d, {}) for d in (primary, *cfg.secondary_data)},
@@ -115,6 +116,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=(), *
                  rank_of=rank_of)
     grid.run()
     summary = {"parts_run": list(cfg.parts), "primary_data": cfg.train.data,
+               "waiting_for_ranking_check": grid.ranking_pending(),
                "sweeps": grid.sweeps, "ranking_check": grid.ranking, "rates": grid.rates,
                "rows": {d: _rows(grid, d) for d in grid.records},
                **analyse(grid), "code_versions": code_versions(grid),

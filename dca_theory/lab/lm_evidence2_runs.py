@@ -99,7 +99,7 @@ class Grid2:
         """The rate ``arm``'s runs use: its sweep's best, or, where the ranking check failed,
         the better at the full budget of its sweep's two best (seeds ``sweep_seeds``)."""
         cell = self.sweeps.get(f"{data}/{arm}/w{width}", {})
-        if "lr" not in cell:
+        if "lr" not in cell or self.ranking_pending():
             return None
         lr, how = cell["lr"], "sweep best"
         if self.ranking is not None and self.ranking.get("passed") is False and cell["second"]:
@@ -112,6 +112,16 @@ class Grid2:
         self.rates[f"{data}/{arm}/w{width}"] = {"lr": lr, "how": how,
                                                 "at_grid_edge": cell["at_grid_edge"]}
         return lr
+
+    def ranking_pending(self) -> bool:
+        """Whether the ranking check (part B) can run but has not: no full-budget run waits on
+        a rate it may change. (With a single rate per sweep, as in quick mode, there is no
+        runner-up to check, and nothing waits.)"""
+        if self.ranking is not None:
+            return False
+        data, w = self.cfg.train.data, self.cfg.ranking_width
+        return all(self.sweeps.get(f"{data}/{a}/w{w}", {}).get("second") is not None
+                   for a in ("vanilla", "dca_paper"))
 
     def main_run(self, data: str, arm: str, width: int, seeds) -> None:
         lr = self.rate(data, arm, width)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dca_theory.cli import main as cli_main
-from dca_theory.io import read_json
+from dca_theory.io import read_json, write_json
 from dca_theory.lab import lm_evidence2 as L
 from dca_theory.lab.statistics import holm
 from dca_theory.lm.config import ModelConfig
@@ -85,6 +86,10 @@ OFFSET = {"vanilla": 0.0, "vanilla_matched": -0.5, "dca_paper": -1.0, "dca_open"
 
 
 def fake_train(s, cache, log=None):
+    """A record from the landscape, kept in ``cache`` like a trained run's."""
+    path = Path(cache) / s.key / "record.json"
+    if path.is_file():
+        return read_json(path)
     arm, width = re.search(r"ev2-(.+)-w(\d+)-lr", s.label).groups()
     lr, steps = s.train.lr, s.train.steps
     rng = np.random.default_rng(zlib.crc32(repr((arm, width, s.train.data, lr, steps)).encode()))
@@ -94,13 +99,16 @@ def fake_train(s, cache, log=None):
         ln.append(2.0 - 0.1 * math.log2(int(width)) + 0.02 * math.log2(lr / OPTIMUM[arm]) ** 2
                   + OFFSET[arm] / 100 + noise + 1.0 / steps)
     ppl = np.exp(ln).tolist()
-    return {"key": s.key, "label": s.label, "seeds": list(s.seeds), "n_params": 1,
-            "valid_loss": ln, "test_loss": ln, "valid_ppl": ppl, "test_ppl": ppl,
-            "final_train_loss": ln, "median_step_s": 0.01, "valid_history": [],
-            "environment": {"git": "abc1234"}}
+    record = {"key": s.key, "label": s.label, "seeds": list(s.seeds), "n_params": 1,
+              "valid_loss": ln, "test_loss": ln, "valid_ppl": ppl, "test_ppl": ppl,
+              "final_train_loss": ln, "median_step_s": 0.01, "valid_history": [],
+              "environment": {"git": "abc1234"}}
+    write_json(path, record)
+    return record
 
 
-TINY = ["seeds=100,101,102,103", "core_seeds=4,4,3", "gate_seeds=3", "common_seeds=3",
+TINY = ["seeds=100,101,102,103", "sweep_steps=6", "core_seeds=4,4,3", "gate_seeds=3",
+        "common_seeds=3",
         "shared_seeds=3", "secondary_seeds=3", "related_seeds=3",
         "gates=paper,open,bias_inside", "wide_widths=32", "r0_vanilla=0.008,0.004",
         "r0_dca=0.004,0.002", "start_factors=0.5,1,2", "max_extend=2",
@@ -164,20 +172,35 @@ def test_every_part_runs_in_order_and_the_rules_apply(tmp_path):
     assert s["code_versions"]["ptb-char/w8"] == {"versions": ["abc1234"], "mixed": False}
 
 
-def test_a_sitting_runs_a_prefix_and_only_cached_lists_the_rest(tmp_path):
+def test_sittings_run_parts_in_turn_and_nothing_trains_before_the_ranking_check(tmp_path):
     calls = []
 
     def counting(s, cache, log=None):
-        calls.append(s.key)
+        if not (Path(cache) / s.key / "record.json").is_file():
+            calls.append(s.key)
         return fake_train(s, cache, log)
 
     out = tmp_path / "results" / "lm_evidence_2"
-    path = lm_evidence_2.main(quick=True, out=out, overrides=[*TINY, "parts=A"], train=counting)
-    s = read_json(path / "summary.json")
+
+    def sitting(parts):
+        calls.clear()
+        path = lm_evidence_2.main(quick=True, out=out, overwrite=True,
+                                  overrides=[*TINY, f"parts={parts}"], train=counting)
+        return read_json(path / "summary.json")
+
+    s = sitting("A")
     # part A alone trains exactly its sweeps' runs, one per rate tried
     assert sorted(calls) == sorted(k for c in s["sweeps"].values() for k in c["keys"].values())
-    assert s["sweeps"] and s["rows"] == {} and s["H4"]["verdict"] == "pending"
-    assert s["ranking_check"] is None and not s["complete"]  # B and C read only, not cached
+    assert s["rows"] == {} and s["H4"]["verdict"] == "pending" and not s["complete"]
+    # no full-budget run trains at a rate before the ranking check has had its say
+    assert s["waiting_for_ranking_check"] and s["rates"] == {}
+    s = sitting("C")
+    assert calls == [] and s["rows"] == {} and s["waiting_for_ranking_check"]
+    s = sitting("B")
+    assert len(calls) == 4 and s["ranking_check"]["passed"] is True  # 2 arms x 2 rates
+    s = sitting("C")
+    assert len(calls) == 2 * 5 and len(s["rows"]["ptb-char"]) == 10  # 2 widths x 5 arms
+    assert not s["waiting_for_ranking_check"] and s["H4"]["default_gate"] == "bias_inside"
 
 
 @pytest.mark.slow  # real training: about 8 tiny runs, 1-3 minutes on the shared 2-core CPU
