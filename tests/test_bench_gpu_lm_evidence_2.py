@@ -56,7 +56,8 @@ def test_rates_follow_the_scaling_rule_from_the_cpu_summary(bench, tmp_path):
                                          "ptb-char/vanilla/w128": {"lr": 0.004}}}))
     assert bench.rule_against_cpu_128(args, r64) == {
         "vanilla": {"rule": 0.008, "cpu_sweep": 0.004}}
-    with pytest.raises(SystemExit, match="no width-64 rate for vanilla_matched, dca_paper, dca_bias_inside"):
+    missing = "no width-64 rate for vanilla_matched, dca_paper, dca_bias_inside"
+    with pytest.raises(SystemExit, match=missing):
         bench.rates_at_64(bench.parse(["--rates-from", str(cpu), "--gate", "bias_inside"]),
                           bench.arms_for("bias_inside"))
 
