@@ -28,7 +28,8 @@ keeps the committed cache; ``paper/05_lm/evidence_result_2.md`` lists the comman
 ``main(only_cached=True)`` summarises what is cached and lists the missing runs.
 
 **Runtime** (the design's cost table): about 38-40 CPU-hours for parts A-G on the 2-core
-machine, parts A-D about 21. Quick: about a minute and a half on the loaded 2-core machine.
+machine, parts A-D about 21. Quick: 8 tiny runs, 67 s at a load average of 7-8 on the
+2-core machine, 116 s at 11 (about 65 CPU-seconds, nearly all compilation).
 
 **Expected result.** Not known before the runs; the design states each rule's outcomes.
 """
