@@ -102,12 +102,18 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
     cfg = ModelConfig(vocab_size=corpus.vocab_size, max_len=args.seq, d_model=width,
                       n_heads=args.heads, d_mlp=4 * width, n_layers=args.depth,
                       residual=residual, grn_gate=gate, dropout=0.0, attn_dropout=0.0)
+    return {"arm": arm, "width": width, "gate": gate,
+            **train_model(cfg, args.lr, args, corpus, tuple(range(args.seeds)))}
+
+
+def train_model(cfg: ModelConfig, lr: float, args, corpus, seeds: tuple[int, ...]) -> dict:
+    """Train ``cfg`` on every seed of ``seeds`` at once (vmapped) for ``args.tokens`` tokens
+    per seed in whole chunks of ``args.chunk`` steps; the measurements of the module doc."""
     steps = -(-args.tokens // (args.batch * args.seq))
     steps = -(-steps // args.chunk) * args.chunk  # whole chunks
     tc = LMTrainConfig(data="python-stdlib", batch_size=args.batch, seq_len=args.seq,
-                       steps=steps, lr=args.lr, warmup_steps=max(1, steps // 20),
+                       steps=steps, lr=lr, warmup_steps=max(1, steps // 20),
                        compute_dtype=args.dtype, progress=False)
-    seeds = tuple(range(args.seeds))
     params, static = stack_models(init_models(cfg, seeds))
     optimizer = make_lm_optimizer(tc)
     opt_state = jax.vmap(optimizer.init)(params)
@@ -130,7 +136,8 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
             compile_s = time.perf_counter() - t
         losses.append(loss.mean(axis=0))
         if not np.all(np.isfinite(loss)):
-            raise FloatingPointError(f"non-finite loss in {arm} width {width} near step {step0}")
+            raise FloatingPointError(f"non-finite loss at width {cfg.d_model} ({cfg.residual}, "
+                                     f"gate {cfg.grn_gate}) near step {step0}")
         done = step0 + args.chunk
         if done in marks:
             v = evaluate(eval_fn, params, valid_head, args.seq, args.eval_batch)
@@ -141,15 +148,53 @@ def train_arm(arm: str, width: int, args, corpus) -> dict:
              for s in ("valid", "test")}
     n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(
         eqx.filter(params, eqx.is_inexact_array))))
-    return {"arm": arm, "width": width, "gate": gate, "params": n_params,
+    return {"params": n_params, "d_mlp": cfg.d_mlp,
             "non_embedding_params": non_embedding_count(cfg), "steps": steps,
-            "tokens_per_seed": steps * tok_per_step, "lr": args.lr, "train_s": train_s,
+            "tokens_per_seed": steps * tok_per_step, "lr": lr, "seeds": list(seeds),
+            "train_s": train_s,
             "compile_s": compile_s, "wall_s": time.perf_counter() - start,
             "tokens_per_s": steps * tok_per_step * len(seeds) / train_s,
             "valid_loss": final["valid"].tolist(), "test_loss": final["test"].tolist(),
             "valid_ppl": np.exp(final["valid"]).tolist(),
             "test_ppl": np.exp(final["test"]).tolist(), "history": history,
             "train_loss_per_chunk": np.asarray(losses).tolist()}
+
+
+def add_training_args(p: argparse.ArgumentParser, chunk: int, help_chunk: str = "") -> None:
+    """The options every GPU evidence script shares: seeds, model shape, token budget, batch,
+    chunking, dtype, evaluation and the time budget."""
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=50_000_000, help="training tokens per seed")
+    p.add_argument("--batch", type=int, default=64, help="sequences per seed and step")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--chunk", type=int, default=chunk,
+                   help=f"steps per compiled scan{help_chunk}")
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    p.add_argument("--valid-tokens", type=int, default=1_000_000)
+    p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--budget-s", type=float, default=560.0)
+
+
+def check_training_args(args) -> None:
+    """One-line errors for a count below 1 or a width the heads do not divide."""
+    for name in ("seeds", "depth", "heads", "tokens", "batch", "seq", "chunk", "valid_tokens",
+                 "eval_batch"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got "
+                             f"{getattr(args, name)}")
+    bad = [w for w in args.widths if w < 1 or w % args.heads]
+    if bad:
+        raise SystemExit(f"error: width {bad[0]} must be >= 1 and divisible by --heads "
+                         f"{args.heads}")
+
+
+def head_of(corpus, eval_tokens: int):
+    """The corpus cut for a dry run: the first 64k training bytes, ``eval_tokens`` of the
+    validation and test splits."""
+    return lm_data.Corpus(corpus.name, corpus.tokenizer, corpus.train[:65536],
+                          corpus.valid[:eval_tokens], corpus.test[:eval_tokens])
 
 
 def summarise(runs: dict[tuple[str, int], dict], seeds: int) -> dict:
@@ -169,18 +214,8 @@ def summarise(runs: dict[tuple[str, int], dict], seeds: int) -> dict:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128, 256])
-    p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--tokens", type=int, default=50_000_000, help="training tokens per seed")
-    p.add_argument("--batch", type=int, default=64, help="sequences per seed and step")
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--chunk", type=int, default=100, help="steps per compiled scan")
+    add_training_args(p, chunk=100)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
-    p.add_argument("--valid-tokens", type=int, default=1_000_000)
-    p.add_argument("--eval-batch", type=int, default=256)
-    p.add_argument("--budget-s", type=float, default=560.0)
     p.add_argument("--smoke", action="store_true", help="tiny sizes: test the script on CPU")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -188,19 +223,10 @@ def main(argv=None) -> dict:
         args.widths, args.seeds, args.tokens, args.batch, args.seq = [8, 16], 2, 2048, 4, 16
         args.depth, args.heads = 2, 2
         args.chunk, args.valid_tokens, args.eval_batch, args.dtype = 8, 512, 8, "float32"
-    for name in ("seeds", "depth", "heads", "tokens", "batch", "seq", "chunk", "valid_tokens",
-                 "eval_batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got "
-                             f"{getattr(args, name)}")
-    bad = [w for w in args.widths if w < 1 or w % args.heads]
-    if bad:
-        raise SystemExit(f"error: width {bad[0]} must be >= 1 and divisible by --heads "
-                         f"{args.heads}")
+    check_training_args(args)
     corpus = lm_data.load_corpus("python-stdlib")
-    if args.smoke:  # the first 64k bytes of each split are plenty for a dry run
-        corpus = lm_data.Corpus(corpus.name, corpus.tokenizer, corpus.train[:65536],
-                                corpus.valid[:4096], corpus.test[:4096])
+    if args.smoke:
+        corpus = head_of(corpus, 4096)
     record = {"benchmark": "gpu_lm_evidence", "args": vars(args), "machine": machine(),
               "runs": {}, "skipped": []}
     start, runs, longest = time.perf_counter(), {}, {}

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from dca_theory.io import write_json
+from dca_theory.lab import rate_sweep
 from dca_theory.lab.lm_runs import (
     PARTIAL,
     LMGridSettings,
@@ -51,6 +52,8 @@ DIVERGED = "diverged.json"  # marks a sweep run whose loss became non-finite
 ARM_MODEL: dict[str, tuple[str, str]] = {"vanilla": ("vanilla", "paper"),
                                          "dca": ("dca", "bias_inside"),
                                          "dca_paper": ("dca", "paper"),
+                                         "dca_open": ("dca", "open"),
+                                         "dca_bias_inside": ("dca", "bias_inside"),
                                          "vanilla_matched": ("vanilla", "paper"),
                                          **{arm: (arm, "paper") for arm in RELATED_ARMS}}
 PRIMARY_DATA = "ptb-char"
@@ -155,9 +158,10 @@ class EvidenceSettings(LMGridSettings):
         return cls(seeds=(0, 1, 2, 3, 4, 5), train=FULL_TRAIN)
 
 
-def arm_spec(settings: EvidenceSettings, quick: bool, arm: str, width: int, data: str,
-             lr: float) -> RunSpec:
-    """One arm at one width on ``data`` at learning rate ``lr``."""
+def arm_spec(settings, quick: bool, arm: str, width: int, data: str, lr: float,
+             prefix: str = "ev") -> RunSpec:
+    """One arm at one width on ``data`` at learning rate ``lr`` (``settings``: any grid
+    settings with ``depth``, ``n_heads`` and ``mlp_ratio``; ``prefix`` starts the label)."""
     residual, gate = ARM_MODEL[arm]
     model = {"residual": residual, "grn_gate": gate, "d_model": width,
              "n_heads": settings.n_heads, "d_mlp": settings.mlp_ratio * width,
@@ -167,7 +171,7 @@ def arm_spec(settings: EvidenceSettings, quick: bool, arm: str, width: int, data
 
         dca = ModelConfig(**{**model, "residual": "dca", "grn_gate": "bias_inside"})
         model["d_mlp"] = matched_vanilla_d_mlp(dca)[0]
-    return spec(f"ev-{arm}-w{width}-lr{lr:g}", data, quick, grid=settings,
+    return spec(f"{prefix}-{arm}-w{width}-lr{lr:g}", data, quick, grid=settings,
                 train_changes={"lr": lr}, **model)
 
 
@@ -209,16 +213,8 @@ def best_rates(sweep: dict[tuple[int, float], dict]) -> dict[int, dict]:
 def next_rate(settings: EvidenceSettings, width: int, tried: dict[float, dict]) -> float | None:
     """The rate to try next at ``width`` (twice the largest tried if it is the best, half the
     smallest if that is), or ``None`` once the best is interior or ``lr_extend`` is spent."""
-    extra = [lr for lr in tried if lr not in settings.lr_grid]
-    if len(extra) >= settings.lr_extend:
-        return None
     loss = {lr: float(np.mean(r["valid_loss"])) for lr, r in tried.items()}
-    best = min(loss, key=loss.get)
-    if best == max(tried):
-        return max(tried) * 2
-    if best == min(tried):
-        return min(tried) / 2
-    return None
+    return rate_sweep.next_rate(settings.lr_grid, loss, settings.lr_extend)
 
 
 def is_diverged(s: RunSpec, cache) -> bool:

@@ -30,19 +30,34 @@ def _name(arm: str, base: str) -> str:
     return f"{arm}-{base}"
 
 
+def seed_aligned(base: dict, other: dict, split: str = "test") -> tuple[list, list, list]:
+    """``(seeds, base ppl, other ppl)`` over the seeds both records ran (in ``base``'s order):
+    two arms of one width may have different seed counts, and only a shared seed pairs them.
+    Records without ``seeds`` are paired by position."""
+    if "seeds" not in base or "seeds" not in other:
+        n = len(base[f"{split}_ppl"])
+        return list(range(n)), base[f"{split}_ppl"], other[f"{split}_ppl"]
+    at = {s: i for i, s in enumerate(other["seeds"])}
+    seeds = [s for s in base["seeds"] if s in at]
+    return (seeds, [base[f"{split}_ppl"][base["seeds"].index(s)] for s in seeds],
+            [other[f"{split}_ppl"][at[s]] for s in seeds])
+
+
 def per_width_gaps(records: dict[tuple[str, int], dict], arm: str, base: str,
-                   split: str = "test") -> dict[str, dict]:
-    """Per width with both arms: per-seed D, its mean, t-interval and p-value, and the
-    Holm-adjusted p-value over the widths of this comparison."""
+                   split: str = "test", family=None) -> dict[str, dict]:
+    """Per width with both arms: per-seed D over their shared seeds, its mean, t-interval and
+    p-value, and the Holm-adjusted p-value over the widths of this comparison (over the widths
+    of ``family`` only, if given: the others get ``p_holm`` None, reported beside)."""
     out = {}
     for w in sorted({w for _, w in records}):
         if (arm, w) in records and (base, w) in records:
-            d = st.log_ppl_gap(records[(base, w)][f"{split}_ppl"],
-                               records[(arm, w)][f"{split}_ppl"])
-            out[str(w)] = st.paired(np.zeros_like(d), d)  # one-sample t-test of D
-    adjusted = st.holm([r["p_value"] for r in out.values()])
-    for r, p in zip(out.values(), adjusted):
-        r["p_holm"] = p
+            seeds, ppl_base, ppl_arm = seed_aligned(records[(base, w)], records[(arm, w)], split)
+            d = st.log_ppl_gap(ppl_base, ppl_arm)
+            out[str(w)] = st.paired(np.zeros_like(d), d) | {"seeds": seeds}
+    inside = [w for w in out if family is None or int(w) in family]
+    adjusted = st.holm([out[w]["p_value"] for w in inside])
+    for w in out:
+        out[w]["p_holm"] = adjusted[inside.index(w)] if w in inside else None
     return out
 
 
@@ -59,11 +74,13 @@ def slope(gaps: dict[str, dict], seeds) -> dict | None:
 
 
 def decision(primary_slope: dict | None, matched: dict[str, dict],
-             widths=None, primary_gaps: dict[str, dict] | None = None) -> dict:
+             widths=None, primary_gaps: dict[str, dict] | None = None,
+             holm_level: float | None = None) -> dict:
     """The pre-registered rule: *supported* if the slope's 95 % CI lies above 0 (the gain
     shrinks with width, the paper's direction) and DCA beats the parameter-matched vanilla at
-    the two smallest widths (95 % CI of D below 0 at each); *contradicted at this scale* if
-    the CI's upper bound lies below the margin; otherwise *inconclusive*.
+    the two smallest widths (95 % CI of D below 0 at each, and with ``holm_level`` also a
+    Holm-adjusted p below it: the second design's H2); *contradicted at this scale* if the
+    CI's upper bound lies below the margin; otherwise *inconclusive*.
 
     With ``widths`` (the pre-registered ones) the rule waits for all of them: while a width
     lacks the primary or the matched comparison the verdict is *pending* and the slope so far
@@ -83,7 +100,9 @@ def decision(primary_slope: dict | None, matched: dict[str, dict],
     lo, hi = primary_slope["ci"]
     smallest = sorted(matched, key=int)[:2]
     matched_negative = len(smallest) == 2 and all(
-        matched[w]["ci95"] is not None and matched[w]["ci95"][1] < 0 for w in smallest)
+        matched[w]["ci95"] is not None and matched[w]["ci95"][1] < 0
+        and (holm_level is None or (matched[w]["p_holm"] or 1.0) < holm_level)
+        for w in smallest)
     if lo > 0 and matched_negative:
         verdict = "supported"
     elif hi < MARGIN_PER_DOUBLING:
@@ -166,12 +185,13 @@ def equal_time(curves: dict[tuple[str, int], dict], arm: str, base: str) -> dict
     return out
 
 
-def related(records: dict[tuple[str, int], dict], arms) -> dict[str, dict]:
-    """The related-work arms against each of :data:`RELATED_BASES`: per arm and width, D
+def related(records: dict[tuple[str, int], dict], arms,
+            bases: tuple[str, ...] = RELATED_BASES) -> dict[str, dict]:
+    """The related-work arms against each of ``bases``: per arm and width, D
     (``arm - base``) with its t-interval, Holm-adjusted over the related arms of that width
     (one family per base and width: the question is which method, if any, differs)."""
     out = {}
-    for base in RELATED_BASES:
+    for base in bases:
         family = {(arm, w): r for arm in arms
                   for w, r in per_width_gaps(records, arm, base).items()}
         for w in sorted({w for _, w in family}):
@@ -182,16 +202,17 @@ def related(records: dict[tuple[str, int], dict], arms) -> dict[str, dict]:
     return out
 
 
-def gate_by_tokenisation(datasets: dict[str, dict], width: int, level: float = 0.05) -> dict:
+def gate_by_tokenisation(datasets: dict[str, dict], width: int, level: float = 0.05,
+                         comparison: str = "dca-dca_paper") -> dict:
     """H3's reading across corpora (fixed in the design document before the secondary gate
-    runs): per corpus the gate gap G = D(dca - dca_paper) at ``width``; for each pair of
-    corpora the difference of their mean G with Welch's interval (two corpora share no data,
-    so their seeds are not paired), Holm-adjusted over the pairs. The gate's effect depends on
-    the tokenisation iff some pair's adjusted p is below ``level``; ``None`` (not decided)
-    with fewer than two corpora."""
-    gaps = {name: d["comparisons"]["dca-dca_paper"]["test_D"][str(width)]
+    runs): per corpus the gate gap G (``comparison``, default D(dca - dca_paper)) at
+    ``width``; for each pair of corpora the difference of their mean G with Welch's interval
+    (two corpora share no data, so their seeds are not paired), Holm-adjusted over the pairs.
+    The gate's effect depends on the tokenisation iff some pair's adjusted p is below
+    ``level``; ``None`` (not decided) with fewer than two corpora."""
+    gaps = {name: d["comparisons"][comparison]["test_D"][str(width)]
             for name, d in datasets.items()
-            if str(width) in d["comparisons"].get("dca-dca_paper", {}).get("test_D", {})}
+            if str(width) in d["comparisons"].get(comparison, {}).get("test_D", {})}
     names = list(gaps)
     pairs = {f"{b} - {a}": st.welch(gaps[a]["per_seed"], gaps[b]["per_seed"])
              for i, a in enumerate(names) for b in names[i + 1:]}
