@@ -1,0 +1,226 @@
+"""Every user command runs end to end in the default suite at a tiny size, its output read back.
+
+Each experiment of ``experiments/`` runs through ``dca-theory run NAME --quick --set ...`` (in
+process, to save JAX start-up), each benchmark of ``benchmarks/`` through its ``main`` with tiny
+flags, and one run goes through the installed console script in a subprocess. The names are
+discovered, so a new experiment or benchmark fails :func:`test_every_command_has_a_default_test`
+until it gets a tiny setting here or a default (not ``slow``) test elsewhere. ``slow`` tests are
+only bigger repetitions of these paths.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pkgutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bench_scripts import BENCHMARKS, load
+
+import experiments
+from dca_theory import cli
+from dca_theory.io import read_json, read_jsonl
+
+TESTS = Path(__file__).resolve().parent
+# Two training steps, every step logged and evaluated, one seed: the LM experiments' own
+# records, tables and verdict code all run, on the smallest curves they accept.
+LM = ["train.steps=2", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
+      "train.warmup_steps=1", "seeds=0"]
+TOY = {  # experiment -> --set values of a run in seconds
+    "fig1": ["dim=4", "depth=2", "rank=1", "batch_size=8", "steps=12", "log_every=4",
+             "learning_rates=0.01"],
+    "prop45": ["dim=4", "widths=1", "steps=5", "batch_size=8", "jacobian_inputs=2"],
+    "rank_vs_width": ["dim=4", "widths=1,4", "buckets=4", "teachers=1:2.0", "steps=5",
+                      "batch_size=8", "test_inputs=16", "log_every=5", "jacobian_inputs=2"],
+    "risk_vs_params": ["dim=4", "ranks=1", "steps=5", "log_every=5"],
+    "toy_gates": ["seeds=2", "test_inputs=16"],
+    "toy_convergence": ["dim=4", "depth=2", "widths=2", "teacher_rank=1", "teacher_pad_rank=2",
+                        "restarts=1", "short_steps=5", "adam_steps=5", "adam_batch=8",
+                        "lbfgs_steps=2", "train_size=16", "test_inputs=16", "log_every=5"],
+    "lm_verdicts": [],  # reads the committed results
+    # these two read lm_evidence's run cache (trained first, in name order) and train the rest
+    "lm_evidence_lr": ["factors=1.0"],
+    "lm_evidence_rank": ["positions=2"],
+}
+LM_TINY = {
+    "lm_ablation": ["kinds=vanilla,dca", "open_gate_kinds="],
+    "lm_depth": ["depths=1"],
+    # its fits need two seeds and two widths
+    "lm_evidence": ["seeds=0,1", "widths=8,16", "arms=vanilla,dca", "lr_grid=0.003",
+                    "secondary_data=", "related_arms="],
+    "lm_inputs": [],
+    "lm_k": ["ks=1", "depth=2"],
+    "lm_rank": [],
+    "lm_related_work": ["kinds=denseformer"],
+    "lm_retrofit": ["continue_steps=2"],
+    "lm_stability": ["window=3", "train.steps=5"],  # a spike window needs 3 steps
+    "lm_weights": ["kinds=grn_v3,dca"],
+    "lm_width": ["widths=8"],
+}
+TINY = {**TOY, **{name: LM + sets for name, sets in LM_TINY.items()}}
+# commands whose end-to-end default test lives elsewhere (checked to exist and not be slow)
+ELSEWHERE = {
+    "vit_digits": "tests/vit/test_vit_experiment.py::test_tiny_run_writes_a_complete_run_directory",
+}
+# benchmark script -> tiny argv (a record is written to --json and read back); flags, not the
+# scripts' --smoke/--quick presets, which are bigger (their tests are the slow repetitions)
+_LM = ["--width", "8", "--seq", "4", "--batch", "1", "--vocab", "16"]
+BENCH_TINY: dict[str, list[str]] = {
+    "gpu_lm": ["bench", "--smoke", "--repeats", "1", "--chunk", "1"],
+    "gpu_lm_evidence": ["--widths", "8", "--seeds", "2", "--depth", "1", "--heads", "2",
+                        "--tokens", "128", "--batch", "2", "--seq", "8", "--chunk", "2",
+                        "--valid-tokens", "64", "--eval-batch", "2", "--dtype", "float32"],
+    "gpu_perf": ["--depths", "1", *_LM, "--variants", "vanilla", "--rounds", "1", "--chunk", "1",
+                 "--warmup", "0", "--peak-n", "8", "--peak-reps", "1", "--decode-tokens", "2",
+                 "--decode-rounds", "1", "--compute-dtype", "float32"],
+    "lm_compile": ["--depths", "1", *_LM, "--variants", "vanilla", "--layer-loop", "unroll",
+                   "--steps", "1", "--step-depth", "1"],
+    "lm_evidence_throughput": ["--widths", "8", "--arms", "vanilla", "--steps", "2",
+                               "--eval-batches", "1"],
+    "lm_memory": ["--depths", "1", *_LM, "--variants", "vanilla"],
+    "lm_profile": ["--depth", "1", "--width", "8", "--batch", "1", "--passes", "1",
+                   "--variants", "vanilla", "--top", "3"],
+    "lm_step_time": ["--depths", "1", *_LM, "--repeats", "1", "--warmup", "0",
+                     "--variants", "vanilla"],
+    "toy_flops": ["--steps", "2", "--dim", "4", "--widths", "1", "--pad", "1", "--batch", "4",
+                  "--seeds", "1"],
+    "vs_pytorch": ["--width", "8", "--depth", "1", "--k", "1", "--seq", "4", "--batch", "1",
+                   "--vocab", "16", "--repeats", "1", "--warmup", "0", "--no-torch"],
+}
+BENCH_ELSEWHERE = {
+    "lm_decode": "tests/test_bench_lm_decode.py::test_quick_dry_run_writes_every_figure",
+}
+LIBRARIES = {"lm_bench_common"}  # shared code of the scripts, not a command
+
+
+def _experiment_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(experiments.__path__)
+                  if not m.name.startswith("_"))
+
+
+def _benchmark_names() -> list[str]:
+    return sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in LIBRARIES)
+
+
+def _default_test(node: str, name: str) -> None:
+    """``node`` (``path::function``) is a test function without a ``slow`` mark that names
+    ``name`` in its module."""
+    path, func = node.split("::")
+    tree = ast.parse((TESTS.parent / path).read_text())
+    found = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == func]
+    assert found, f"{node} does not exist"
+    marks = [ast.unparse(d) for d in found[0].decorator_list]
+    assert not any("slow" in m for m in marks), f"{node} is marked slow"
+    assert name in (TESTS.parent / path).read_text(), f"{node}'s module never names {name}"
+
+
+def test_every_command_has_a_default_test():
+    for names, tiny, elsewhere, what in (
+            (_experiment_names(), TINY, ELSEWHERE, "experiments"),
+            (_benchmark_names(), BENCH_TINY, BENCH_ELSEWHERE, "benchmarks")):
+        missing = [n for n in names if n not in tiny and n not in elsewhere]
+        assert not missing, (f"{what} without a default-suite test: {missing}; give each a "
+                             "tiny setting in tests/test_user_commands.py")
+        assert set(tiny) | set(elsewhere) <= set(names), f"{what}: stale names in this file"
+        for name, node in elsewhere.items():
+            _default_test(node, name)
+    assert set(LIBRARIES) <= {p.stem for p in BENCHMARKS.glob("*.py")}
+    for name in LIBRARIES:  # a library has no command of its own
+        assert "__main__" not in (BENCHMARKS / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, data_dir):
+    """One results folder for every tiny run of this module, so the LM experiments share one
+    run cache (``results/lm_runs``) and train a model only once."""
+    os.environ["DCA_DATA_DIR"] = str(data_dir)
+    return tmp_path_factory.mktemp("results")
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_experiment_runs_end_to_end_at_tiny_size(name, results, capsys):
+    out = results / name
+    argv = ["run", name, "--quick", "--out", str(out)]
+    for value in TINY[name]:
+        argv += ["--set", value]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.strip().endswith(f"results in {out}")
+    config, summary = read_json(out / "config.json"), read_json(out / "summary.json")
+    assert summary["environment"]["python"] and config
+    assert summary.get("complete", True) is not False
+    if (out / "metrics.jsonl").exists():
+        assert all(isinstance(r, dict) for r in read_jsonl(out / "metrics.jsonl"))
+    if name == "prop45":
+        assert summary["all_hold"]  # Prop. 4.5 is a theorem: it holds on every run
+    if name == "fig1":
+        res = summary["results"]
+        assert set(res) == {f"{t}/{k}" for t in ("identity", "gaussian") for k in ("res", "grn_v1")}
+        assert "output_weights" in res["identity/grn_v1"]["best_run"]  # GRN only: res has none
+        assert "output_weights" not in res["identity/res"]["best_run"]
+        assert all(np.isfinite(r["initial_loss_median"]) for r in res.values())
+
+
+@pytest.mark.parametrize("name", sorted(BENCH_TINY))
+def test_benchmark_runs_end_to_end_at_tiny_size(name, tmp_path, data_dir, monkeypatch, capsys):
+    monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
+    monkeypatch.chdir(tmp_path)  # anything a script writes by default lands here
+    out = tmp_path / f"{name}.json"
+    load(name).main([*BENCH_TINY[name], "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert isinstance(record, dict) and record
+    assert capsys.readouterr().out  # every script reports what it measured
+
+
+def test_console_script_runs_an_experiment_in_a_fresh_process(tmp_path):
+    """The installed entry point (not only :func:`dca_theory.cli.main`) end to end."""
+    out = tmp_path / "fig1"
+    sets = [a for v in TINY["fig1"] + ["kinds=res", "tasks=identity"] for a in ("--set", v)]
+    proc = subprocess.run(["dca-theory", "run", "fig1", "--quick", "--out", str(out), *sets],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(TESTS.parent)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(f"results in {out}")
+    assert set(read_json(out / "summary.json")["results"]) == {"identity/res"}
+
+
+def _lm_commands() -> set[str]:
+    from dca_theory.lm.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return set(sub.choices)
+
+
+def test_every_lm_command_runs_end_to_end_at_tiny_size(tmp_path, capsys):
+    """train -> eval -> sample -> info on a 1-layer model of a small corpus (one compile each);
+    the bigger session with a resume and the uncached sampler is the slow test of
+    tests/lm/test_lm_cli.py."""
+    corpus = tmp_path / "colours.txt"
+    rng = np.random.default_rng(2)
+    words = ["red", "green", "blue", "cyan"]
+    corpus.write_text("\n".join(" ".join(rng.choice(words, 7)) for _ in range(80)) + "\n")
+    workdir = tmp_path / "run"
+    ran = set()
+
+    def lm(*argv):
+        ran.add(argv[0])
+        assert cli.main(["lm", *argv]) == 0
+        return capsys.readouterr().out
+
+    out = lm("train", "--preset", "tiny", "--residual", "vanilla", "--data", str(corpus),
+             "--workdir", str(workdir), "--no-progress", "--layers", "1", "--d-model", "8",
+             "--heads", "2", "--d-mlp", "16", "--max-len", "8", "--batch-size", "2",
+             "--warmup", "1", "--steps", "2", "--eval-every", "2", "--eval-batches", "1",
+             "--checkpoint-every", "2", "--bpe-vocab", "262")
+    assert "validation perplexity by step: 2:" in out
+    summary = read_json(workdir / "summary.json")
+    assert np.isfinite(summary["final_train_loss"])
+    out = lm("eval", "--workdir", str(workdir), "--split", "valid")
+    assert out.startswith(f"checkpoint step 2 of {workdir}:\nvalid: loss ")
+    assert lm("sample", "--workdir", str(workdir), "--prompt", "red", "--tokens", "3",
+              "--top-k", "2").startswith("red")
+    assert "vanilla" in lm("info", "--preset", "tiny")
+    assert ran == _lm_commands()
