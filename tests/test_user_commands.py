@@ -65,12 +65,8 @@ ELSEWHERE: dict[str, str] = {}
 # Not yet run by default: these read the run cache of lm_evidence's *unchanged* quick grid
 # (about 2 CPU minutes to train), so a tiny lm_evidence run cannot feed them; their only
 # end-to-end tests are the slow ones named here.
-SLOW_ONLY = {
-    "lm_evidence_lr":
-        "tests/lm/test_exp_evidence_lr.py::test_quick_run_reuses_the_grids_vanilla_sweep",
-    "lm_evidence_rank":
-        "tests/lm/test_exp_evidence_rank.py::test_quick_mode_reads_the_quick_grid_and_draws",
-}
+SLOW_ONLY = {name: "tests/lm/test_exp_evidence.py::test_quick_grid_and_the_experiments_reading_it"
+             for name in ("lm_evidence_lr", "lm_evidence_rank")}
 
 
 def _experiment_names() -> list[str]:
