@@ -1,5 +1,5 @@
-"""lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, its refusals, and
-the quick run on the quick grid is the slow test of tests/lm/test_exp_evidence.py."""
+"""lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, and its refusals
+(its quick run on the quick grid is in the slow test of tests/lm/test_exp_evidence.py)."""
 
 from __future__ import annotations
 
