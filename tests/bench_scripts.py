@@ -13,28 +13,29 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 # benchmark script -> tiny argv (a record is written to --json and read back); flags, not the
 # scripts' --smoke/--quick presets, which are bigger (their tests are the slow repetitions)
-_LM = ["--width", "8", "--seq", "4", "--batch", "1", "--vocab", "16"]
+_LM = ["--seq", "4", "--batch", "1", "--vocab", "16"]
+_W8, _W64 = ["--width", "8", *_LM], ["--width", "64", *_LM]  # 64: a script's head width
 BENCH_TINY: dict[str, list[str]] = {
     "gpu_lm": ["bench", "--smoke", "--repeats", "1", "--chunk", "1"],
     "gpu_lm_evidence": ["--widths", "8", "--seeds", "2", "--depth", "1", "--heads", "2",
                         "--tokens", "128", "--batch", "2", "--seq", "8", "--chunk", "2",
                         "--valid-tokens", "64", "--eval-batch", "2", "--dtype", "float32"],
-    "gpu_perf": ["--depths", "1", *_LM, "--variants", "vanilla", "--rounds", "1", "--chunk", "1",
+    "gpu_perf": ["--depths", "1", *_W64, "--variants", "vanilla", "--rounds", "1", "--chunk", "1",
                  "--warmup", "0", "--peak-n", "8", "--peak-reps", "1", "--decode-tokens", "2",
                  "--decode-rounds", "1", "--compute-dtype", "float32"],
-    "lm_compile": ["--depths", "1", *_LM, "--variants", "vanilla", "--layer-loop", "unroll",
+    "lm_compile": ["--depths", "1", *_W64, "--variants", "vanilla", "--layer-loop", "unroll",
                    "--steps", "1", "--step-depth", "1"],
     "lm_evidence_throughput": ["--widths", "8", "--arms", "vanilla", "--steps", "2",
                                "--eval-batches", "1"],
-    "lm_memory": ["--depths", "1", *_LM, "--variants", "vanilla"],
+    "lm_memory": ["--depths", "1", *_W8, "--variants", "vanilla"],
     "lm_profile": ["--depth", "1", "--width", "8", "--batch", "1", "--passes", "1",
                    "--variants", "vanilla", "--top", "3"],
-    "lm_step_time": ["--depths", "1", *_LM, "--repeats", "1", "--warmup", "0",
+    "lm_step_time": ["--depths", "1", *_W64, "--repeats", "1", "--warmup", "1",
                      "--variants", "vanilla"],
-    "toy_flops": ["--steps", "2", "--dim", "4", "--widths", "1", "--pad", "1", "--batch", "4",
+    "toy_flops": ["--steps", "2", "--dim", "16", "--widths", "1", "--pad", "1", "--batch", "4",
                   "--seeds", "1"],
-    "vs_pytorch": ["--width", "8", "--depth", "1", "--k", "1", "--seq", "4", "--batch", "1",
-                   "--vocab", "16", "--repeats", "1", "--warmup", "0", "--no-torch"],
+    "vs_pytorch": ["--depth", "1", "--k", "1", *_W64, "--repeats", "1", "--warmup", "1",
+                   "--no-torch"],
 }
 BENCH_ELSEWHERE = {
     "lm_decode": "tests/test_bench_lm_decode.py::test_quick_dry_run_writes_every_figure",
