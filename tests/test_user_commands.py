@@ -36,7 +36,7 @@ TOY = {  # experiment -> --set values of a run in seconds
     "rank_vs_width": ["dim=4", "widths=1,4", "buckets=4", "teachers=1:2.0", "steps=5",
                       "batch_size=8", "test_inputs=16", "log_every=5", "jacobian_inputs=2"],
     "risk_vs_params": ["dim=4", "ranks=1", "steps=5", "log_every=5"],
-    "toy_gates": ["seeds=2", "test_inputs=16"],
+    "toy_gates": ["seeds=2", "test_inputs=16", "setups=prop45"],  # the cheaper setup
     "toy_convergence": ["dim=4", "depth=2", "widths=2", "teacher_rank=1", "teacher_pad_rank=2",
                         "restarts=1", "short_steps=5", "adam_steps=5", "adam_batch=8",
                         "lbfgs_steps=2", "train_size=16", "test_inputs=16", "log_every=5"],
