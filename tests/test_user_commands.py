@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_scripts import BENCH_ELSEWHERE, BENCH_TINY, BENCHMARKS, LIBRARIES
+from bench_scripts import BENCH_ELSEWHERE, BENCH_SLOW_ONLY, BENCH_TINY, BENCHMARKS, LIBRARIES
 
 import experiments
 from dca_theory import cli
@@ -91,18 +91,18 @@ def _named_test(node: str, name: str, slow: bool = False) -> None:
 
 
 def test_every_command_has_a_default_test():
-    for names, tiny, elsewhere, what in (
-            (_experiment_names(), TINY, ELSEWHERE, "experiments"),
-            (_benchmark_names(), BENCH_TINY, BENCH_ELSEWHERE, "benchmarks")):
+    for names, tiny, elsewhere, slow_only, what in (
+            (_experiment_names(), TINY, ELSEWHERE, SLOW_ONLY, "experiments"),
+            (_benchmark_names(), BENCH_TINY, BENCH_ELSEWHERE, BENCH_SLOW_ONLY, "benchmarks")):
         missing = [n for n in names if n not in tiny and n not in elsewhere
-                   and n not in SLOW_ONLY]
+                   and n not in slow_only]
         assert not missing, (f"{what} without a default-suite test: {missing}; give each a "
                              "tiny setting in tests/test_user_commands.py")
         assert set(tiny) | set(elsewhere) <= set(names), f"{what}: stale names in this file"
         for name, node in elsewhere.items():
             _named_test(node, name)
-    for name, node in SLOW_ONLY.items():
-        _named_test(node, name, slow=True)
+        for name, node in slow_only.items():
+            _named_test(node, name, slow=True)
     assert set(LIBRARIES) <= {p.stem for p in BENCHMARKS.glob("*.py")}
     for name in LIBRARIES:  # a library has no command of its own
         assert "__main__" not in (BENCHMARKS / f"{name}.py").read_text()
