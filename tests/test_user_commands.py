@@ -25,9 +25,10 @@ from dca_theory import cli
 from dca_theory.io import read_json, read_jsonl
 
 TESTS = Path(__file__).resolve().parent
-# Two training steps, every step logged and evaluated, one seed: the LM experiments' own
-# records, tables and verdict code all run, on the smallest curves they accept.
-LM = ["train.steps=2", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
+# Five training steps, every step logged and evaluated, one seed: the LM experiments' own
+# records, tables and verdict code all run, on the smallest curves they accept (lm_stability's
+# spike window of 3 steps reads every cached run, so every run has more than 3).
+LM = ["train.steps=5", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
       "train.warmup_steps=1", "seeds=0"]
 TOY = {  # experiment -> --set values of a run in seconds
     "fig1": ["dim=4", "depth=2", "rank=1", "batch_size=8", "steps=12", "log_every=4",
@@ -54,8 +55,8 @@ LM_TINY = {
     "lm_k": ["ks=1", "depth=2"],
     "lm_rank": [],
     "lm_related_work": ["kinds=denseformer"],
-    "lm_retrofit": ["continue_steps=2"],
-    "lm_stability": ["window=3", "train.steps=5"],  # a spike window needs 3 steps
+    "lm_retrofit": ["continue_steps=4"],
+    "lm_stability": ["window=3"],
     "lm_weights": ["kinds=grn_v3,dca"],
     "lm_width": ["widths=8"],
 }
