@@ -55,7 +55,7 @@ LM_TINY = {
     "lm_k": ["ks=1", "depth=2"],
     "lm_rank": [],
     "lm_related_work": ["kinds=denseformer"],
-    "lm_retrofit": ["continue_steps=4"],
+    "lm_retrofit": ["continue_steps=4", "seeds=0,1"],  # its figure needs a seed spread
     "lm_stability": ["window=3"],
     "lm_weights": ["kinds=grn_v3,dca"],
     "lm_width": ["widths=8"],
