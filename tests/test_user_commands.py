@@ -168,6 +168,8 @@ def test_figures_of_the_tiny_results(results, capsys, monkeypatch):
     printed = [Path(line) for line in capsys.readouterr().out.split()]
     for mod in experiment_figures:
         name = mod.__name__.rsplit(".", 1)[-1]
+        if name.removeprefix("fig_") in SLOW_ONLY:  # no tiny results to draw from
+            continue
         drawn = [p for p in printed if p.name.startswith(name)]
         assert drawn, f"{name} drew nothing"
     assert all(p.is_file() and p.stat().st_size for p in printed)
