@@ -90,8 +90,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for line in lines:
             print(f"  {line}")
         return 0
-    run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite,
-                       overrides=args.overrides)
+    from dca_theory.io import failed_runs_discarded
+
+    with failed_runs_discarded():  # a crash leaves no directory that looks like a run
+        run_dir = mod.main(quick=args.quick, out=args.out, overwrite=args.overwrite,
+                           overrides=args.overrides)
     print(f"results in {run_dir}")
     return 0
 

@@ -4,6 +4,10 @@ A run directory holds ``config.json`` (written first), ``metrics.jsonl`` (one JS
 logged step, appended as the run goes) and ``summary.json`` (written last, atomically). A
 directory without ``summary.json`` is an unfinished run. Every JSON file is written through a
 temporary file and ``os.replace`` so that an interrupted run never leaves a half-written file.
+A run that fails inside :func:`failed_runs_discarded` (as every ``dca-theory run`` does) removes
+its ``config.json`` and ``metrics.jsonl`` again, and its folder if it made it and nothing else is
+left, so that a crash leaves no directory that looks like a run; what an experiment caches to
+resume (its own files) stays.
 """
 
 from __future__ import annotations
@@ -128,6 +132,26 @@ def environment() -> dict[str, str]:
     return info
 
 
+# the runs started inside each open failed_runs_discarded() block, innermost last
+_watched: list[list[RunDir]] = []
+
+
+@contextlib.contextmanager
+def failed_runs_discarded() -> Iterator[None]:
+    """Within this block, a :class:`RunDir` opened and not finished when an exception (or an
+    interrupt) leaves the block is discarded (:meth:`RunDir.discard`); the exception goes on."""
+    started: list[RunDir] = []
+    _watched.append(started)
+    try:
+        yield
+    except BaseException:
+        for run in started:
+            run.discard()
+        raise
+    finally:
+        _watched.remove(started)
+
+
 class RunDir:
     """A run directory: ``config.json`` at start, ``metrics.jsonl`` as it goes,
     ``summary.json`` at the end.
@@ -138,6 +162,8 @@ class RunDir:
 
     def __init__(self, path: str | Path, config: Any, *, overwrite: bool = False):
         self.path = Path(path)
+        self.finished = False
+        self._made_folder = not self.path.exists()
         if (self.path / "summary.json").exists() and not overwrite:
             raise FileExistsError(
                 f"run directory {self.path} already holds a finished run (summary.json); "
@@ -146,7 +172,21 @@ class RunDir:
         make_dirs(self.path)
         (self.path / "summary.json").unlink(missing_ok=True)
         (self.path / "metrics.jsonl").unlink(missing_ok=True)
+        for started in _watched:
+            started.append(self)
         write_json(self.path / "config.json", config)
+
+    def discard(self) -> None:
+        """Undo the start of a run that failed: remove ``config.json`` and ``metrics.jsonl``
+        (a restart rewrites both), then the folder if this run made it and it is empty. A
+        finished run is left alone."""
+        if self.finished:
+            return
+        for name in ("config.json", "metrics.jsonl"):
+            (self.path / name).unlink(missing_ok=True)
+        if self._made_folder:
+            with contextlib.suppress(OSError):  # not empty: an experiment's resume cache
+                self.path.rmdir()
 
     def log(self, **metrics: Any) -> None:
         """Append one JSON line; each line is flushed whole."""
@@ -164,4 +204,6 @@ class RunDir:
     def finish(self, summary: dict) -> Path:
         summary = dict(summary)
         summary.setdefault("environment", environment())
-        return write_json(self.path / "summary.json", summary)
+        written = write_json(self.path / "summary.json", summary)
+        self.finished = True
+        return written

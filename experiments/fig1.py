@@ -38,7 +38,7 @@ from dca_theory import gates
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
-from dca_theory.residual import check_kind
+from dca_theory.residual import AbstractGRN, check_kind
 from dca_theory.sim import ToyTrainConfig, fit_many, gaussian_target, identity_target
 
 NAME = "fig1"
@@ -115,9 +115,9 @@ def _diagnostics(model, kind: str) -> dict:
         "P_fro_norms": np.linalg.norm(np.asarray(model.P), axis=(1, 2)).tolist(),
         "Q_fro_norms": np.linalg.norm(np.asarray(model.Q), axis=(1, 2)).tolist(),
     }
-    b = model.combiners[-1].b
-    if b is not None:
-        b = np.asarray(b)
+    combiner = model.combiners[-1]
+    if isinstance(combiner, AbstractGRN):  # the plain sum has no learned weights to report
+        b = np.asarray(combiner.b)
         out["output_weights"] = (b if b.ndim == 1 else b.mean(axis=1)).tolist()
     return out
 

@@ -10,6 +10,8 @@ import pytest
 from experiments import rank_vs_width
 
 TOY = ["fig1", "risk_vs_params", "rank_vs_width", "prop45", "toy_gates"]
+# toy_gates' prop45 setup runs by default (tests/test_user_commands.py); here the other one
+SLOW_OVERRIDES = {"toy_gates": ["setups=risk_vs_params"]}
 FIGS = {"fig1": "fig_toy_fig1", "risk_vs_params": "fig_toy_risk",
         "rank_vs_width": "fig_toy_rank_width", "toy_gates": "fig_toy_gates"}
 
@@ -18,7 +20,7 @@ FIGS = {"fig1": "fig_toy_fig1", "risk_vs_params": "fig_toy_risk",
 @pytest.mark.parametrize("name", TOY)
 def test_quick_run_writes_run_dir_and_figure(name, tmp_path):
     mod = importlib.import_module(f"experiments.{name}")
-    path = mod.main(quick=True, out=tmp_path / name)
+    path = mod.main(quick=True, out=tmp_path / name, overrides=SLOW_OVERRIDES.get(name, ()))
     for f in ("config.json", "metrics.jsonl", "summary.json"):
         assert (path / f).is_file()
     summary = json.loads((path / "summary.json").read_text())

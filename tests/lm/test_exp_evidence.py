@@ -226,8 +226,8 @@ def test_trajectory_and_equal_time_on_synthetic_curves():
     assert eq["time_ratio"] == pytest.approx(2.0)
 
 
-@pytest.mark.slow
-def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
+@pytest.mark.slow  # one quick grid (minutes) feeds the three experiments that read it
+def test_quick_grid_and_the_experiments_reading_it(tmp_path, monkeypatch, data_dir):
     from dca_theory.io import read_json
     from experiments import lm_evidence
     from figures import fig_lm_evidence
@@ -252,6 +252,67 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert s["gate_by_tokenisation"]["depends_on_tokenisation"] is None
     paths = fig_lm_evidence.make(tmp_path / "fig", tmp_path / "results")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+    _check_rank_run(tmp_path, s)  # reads the grid's parameters: trains nothing
+    _check_lr_run(tmp_path)  # trains the arms the grid lacks, reuses its sweep
+
+
+def _check_rank_run(tmp_path, grid):
+    """lm_evidence_rank on the quick grid: effective ranks, and the grid's own gap D."""
+    from dca_theory.io import read_json
+    from experiments import lm_evidence_rank as E
+    from figures import fig_lm_evidence_rank
+
+    run = E.main(quick=True, out=tmp_path / "results" / "lm_evidence_rank")
+    s = read_json(run / "summary.json")
+    assert s["widths"] == [8, 16] and s["complete"] and s["primary"]["n"] == 4
+    for cell in s["cells"]:
+        for kind in ("vanilla", "dca"):
+            for part in ("attn", "mlp", "update"):
+                assert 0.0 < cell[f"{kind}_{part}_eff_rank_frac"] <= 1.0  # eff. rank <= D
+    # D is the grid's own gap, seed by seed (the same test perplexities the grid recorded)
+    grid_d = grid["datasets"]["ptb-char"]["comparisons"]["dca-vanilla"]["test_D"]
+    for w in (8, 16):
+        ours = [c["D"] for c in s["cells"] if c["width"] == w]
+        np.testing.assert_allclose(ours, grid_d[str(w)]["per_seed"], rtol=0, atol=1e-9)
+        assert len(s["dca_minus_vanilla_by_width"][str(w)]["update"]["per_seed"]) == 2
+    paths = fig_lm_evidence_rank.make(tmp_path / "fig", tmp_path / "results")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+
+
+def _check_lr_run(tmp_path):
+    """lm_evidence_lr on the quick grid: vanilla at the shared rate is the grid's sweep run."""
+    import math
+
+    from dca_theory.io import read_json
+    from experiments import lm_evidence_lr as L
+
+    cache = tmp_path / "results" / "lm_runs"
+    before = {p.name for p in cache.iterdir()}
+    run = L.main(quick=True, out=tmp_path / "results" / "lm_evidence_lr")
+    s, runs = read_json(run / "summary.json"), read_json(run / "config.json")["runs"]
+    new = {p.name for p in cache.iterdir()} - before
+    # vanilla at the shared rate is the grid's own sweep run, read from its cache
+    assert {runs[f"vanilla-w{w}-x1"] for w in s["widths"]} <= before
+    full = {r["key"] for r in s["full_budget"].values()}
+    assert new and new <= set(runs.values()) | full
+    for w, r in s["full_budget"].items():  # DCA's own best rate, trained like the grid's arm
+        assert r["rate"] == s["widths"][w]["arms"]["dca"]["best_rate"]
+        assert r["rate"] != s["widths"][w]["arms"]["dca"]["shared_rate"]
+        # D(own) - D(shared) is DCA's own-rate run against its shared-rate run, seed by seed
+        assert [a - b for a, b in zip(r["D_own_rate"]["per_seed"],
+                                      r["D_shared_rate"]["per_seed"])] == pytest.approx(
+            r["own_minus_shared_rate"]["per_seed"], abs=1e-9)
+    for w, row in s["widths"].items():
+        shared = row["arms"]["vanilla"]["shared_rate"]
+        assert set(row["arms"]) == {"vanilla", "dca"}
+        assert row["arms"]["dca"]["handicap"] >= 0
+        assert row["D_at_shared_rate"]["rates"] == {"dca": shared, "vanilla": shared}
+        assert len(row["D_at_shared_rate"]["D_per_seed"]) == len(s["seeds"])
+        # the quick grid evaluates at the sweep's last step, so every arm has its reproduction
+        assert set(row["reproduction"]) == {"vanilla", "dca"}
+        for r in row["reproduction"].values():
+            assert len(r["per_seed"]) == len(s["seeds"]) and math.isfinite(r["max_abs"])
+
 
 
 @pytest.mark.parametrize("diverge_above, extend, tried, best, edge", [

@@ -1,5 +1,5 @@
-"""lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, its refusals, and
-(slow) a quick run that reuses the quick grid's sweep."""
+"""lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, and its refusals
+(its quick run on the quick grid is in the slow test of tests/lm/test_exp_evidence.py)."""
 
 from __future__ import annotations
 
@@ -55,38 +55,3 @@ def test_without_the_grids_sweep_it_refuses_and_writes_nothing(tmp_path):
                                          r"`dca-theory run lm_evidence --quick` first"):
         L.main(quick=True, out=out)
     assert not out.exists()
-
-
-@pytest.mark.slow
-def test_quick_run_reuses_the_grids_vanilla_sweep(tmp_path, monkeypatch, data_dir):
-    from dca_theory.io import read_json
-    from experiments import lm_evidence
-
-    monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
-    lm_evidence.main(quick=True, out=tmp_path / "results" / "lm_evidence")
-    cache = tmp_path / "results" / "lm_runs"
-    before = {p.name for p in cache.iterdir()}
-    run = L.main(quick=True, out=tmp_path / "results" / "lm_evidence_lr")
-    s, runs = read_json(run / "summary.json"), read_json(run / "config.json")["runs"]
-    new = {p.name for p in cache.iterdir()} - before
-    # vanilla at the shared rate is the grid's own sweep run, read from its cache
-    assert {runs[f"vanilla-w{w}-x1"] for w in s["widths"]} <= before
-    full = {r["key"] for r in s["full_budget"].values()}
-    assert new and new <= set(runs.values()) | full
-    for w, r in s["full_budget"].items():  # DCA's own best rate, trained like the grid's arm
-        assert r["rate"] == s["widths"][w]["arms"]["dca"]["best_rate"]
-        assert r["rate"] != s["widths"][w]["arms"]["dca"]["shared_rate"]
-        # D(own) - D(shared) is DCA's own-rate run against its shared-rate run, seed by seed
-        assert [a - b for a, b in zip(r["D_own_rate"]["per_seed"],
-                                      r["D_shared_rate"]["per_seed"])] == pytest.approx(
-            r["own_minus_shared_rate"]["per_seed"], abs=1e-9)
-    for w, row in s["widths"].items():
-        shared = row["arms"]["vanilla"]["shared_rate"]
-        assert set(row["arms"]) == {"vanilla", "dca"}
-        assert row["arms"]["dca"]["handicap"] >= 0
-        assert row["D_at_shared_rate"]["rates"] == {"dca": shared, "vanilla": shared}
-        assert len(row["D_at_shared_rate"]["D_per_seed"]) == len(s["seeds"])
-        # the quick grid evaluates at the sweep's last step, so every arm has its reproduction
-        assert set(row["reproduction"]) == {"vanilla", "dca"}
-        for r in row["reproduction"].values():
-            assert len(r["per_seed"]) == len(s["seeds"]) and math.isfinite(r["max_abs"])
