@@ -62,7 +62,11 @@ LM_TINY = {
 }
 TINY = {**TOY, **{name: LM + sets for name, sets in LM_TINY.items()}}
 # commands whose end-to-end default test lives elsewhere (checked to exist and not be slow)
-ELSEWHERE: dict[str, str] = {}
+ELSEWHERE: dict[str, str] = {
+    # every part A-G through main() with a stand-in trainer (real tiny training is slow-marked)
+    "lm_evidence_2": "tests/lm/test_exp_evidence_2.py::"
+                     "test_every_part_runs_in_order_and_the_rules_apply",
+}
 # Not yet run by default: these read the run cache of lm_evidence's *unchanged* quick grid
 # (about 2 CPU minutes to train), so a tiny lm_evidence run cannot feed them; their only
 # end-to-end tests are the slow ones named here.
