@@ -122,6 +122,11 @@ def tiny_tmpfs(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+# After ENOSPC, orbax's abandoned async writes are sometimes collected once their event loop
+# has closed ("Event loop is closed"; seen once, in a clean-clone CI run). Here, in the
+# test process, that surfaces as unraisable-exception warnings, which the suite turns into
+# errors; the one-line stderr is what this test holds the CLI to.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_real_full_disk_is_one_line_without_orbax_tracebacks(corpus, tiny_tmpfs, capsys,
                                                                caplog):
     caplog.set_level(logging.DEBUG)
