@@ -77,6 +77,8 @@ class Scheme:
     gate_vector: bool = False  # combiner has one gate vector w in R^d (GRN-v3)
     query_vector: bool = False  # combiner has one pseudo-query q in R^d (AttnRes)
     gated: bool = False  # has GRN-v3 gates, so the gate choice applies (dca_theory.gates)
+    # the LM mixer class (dca_theory.lm.zoo), as "module:Class" so this table needs no jax
+    mixer: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -102,20 +104,26 @@ class Scheme:
         return dim if (self.gate_vector or self.query_vector) else 0
 
 
+_GRN = "dca_theory.lm.zoo.grn:GRNMixer"
+
 SCHEMES: tuple[Scheme, ...] = (
     Scheme("base", "plain", "no residual", "#9467bd", "the newest layer output only",
            toy=True, theory=True),
     Scheme("vanilla", "plain", "vanilla", "#4c4c4c", "plain residual sum (ResNet, pre-LN)",
-           aliases=("res",), toy=True, theory=True, lm=True, retrofit=True),
+           aliases=("res",), toy=True, theory=True, lm=True, retrofit=True,
+           mixer="dca_theory.lm.zoo.plain:VanillaMixer"),
     Scheme("grn_v1", "grn", "GRN-v1", "#1f77b4", "one scalar weight per stack entry",
-           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar"),
+           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar",
+           mixer=_GRN),
     Scheme("grn_v2", "grn", "GRN-v2", "#d62728", "one weight vector per stack entry",
-           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector"),
+           toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
+           mixer=_GRN),
     Scheme("grn_v3", "grn", "GRN-v3", "#2ca02c", "GRN-v2 plus an input-dependent ReLU gate",
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
-           gate_vector=True, gated=True),
+           gate_vector=True, gated=True, mixer=_GRN),
     Scheme("dca", "dca", "DCA", "#ff7f0e", "three GRN-v3 per block for queries, keys, values",
-           lm=True, takes_k=True, retrofit=True, gated=True),
+           lm=True, takes_k=True, retrofit=True, gated=True,
+           mixer="dca_theory.lm.zoo.dca:DCAMixer"),
     Scheme("denseformer", "baseline", "DenseFormer", "#8c564b",
            "depth-weighted average of earlier outputs", lm=True),
     Scheme("hyper_connections", "baseline", "Hyper-Connections", "#e377c2",

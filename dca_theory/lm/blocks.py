@@ -142,6 +142,23 @@ class Attention(eqx.Module):
     ) -> Float[Array, "L D"]:
         """``mix_values`` maps the projected values ``v_LxHxK`` before they are attended
         (value residual learning mixes in the first layer's values there)."""
+        return self.forward(xq_LxD, xk_LxD, xv_LxD, causal=causal, key=key,
+                            mix_values=mix_values)[0]
+
+    def forward(
+        self, xq_LxD: Array, xk_LxD: Array, xv_LxD: Array, *, causal: bool,
+        key: PRNGKeyArray | None = None, mix_values: Callable[[Array], Array] | None = None,
+        cache: tuple[Array, Array] | None = None, offset: Array | None = None,
+    ) -> tuple[Float[Array, "L D"], Array, tuple[Array, Array] | None]:
+        """``(output, values, cache)``: the attention output, the projected values before
+        ``mix_values`` (value residual learning keeps the first layer's) and the updated cache.
+
+        With ``cache = (keys_MxHxK, values_MxHxK)`` (``M = max_len`` rows) the ``L`` tokens sit
+        at positions ``offset, …, offset + L - 1``: their key and value rows are written into
+        the cache there and each query attends to the cached rows at positions up to its own
+        (causal; rows not yet written are masked). Without a cache the keys and values are the
+        inputs' own and ``causal`` masks the future. One code path for both, so the cached
+        decode computes what the full pass computes."""
         # Scores and softmax in float32 at least, even if the weights were cast to bf16.
         cd = matmul_dtype(self.compute_dtype, self.w_q_DxD)
         acc = at_least_float32(self.w_q_DxD.dtype)
@@ -154,17 +171,22 @@ class Attention(eqx.Module):
 
         q_LxHxK = proj(xq_LxD, self.w_q_DxD)
         k_LxHxK = proj(xk_LxD, self.w_k_DxD)
-        v_LxHxK = proj(xv_LxD, self.w_v_DxD)
-        if mix_values is not None:
-            v_LxHxK = mix_values(v_LxHxK)
-        s_HxLxL = jnp.einsum("qhk,shk->hqs", q_LxHxK, k_LxHxK, preferred_element_type=acc)
-        s_HxLxL = s_HxLxL / jnp.sqrt(jnp.asarray(K, acc))
+        raw_LxHxK = proj(xv_LxD, self.w_v_DxD)
+        v_LxHxK = raw_LxHxK if mix_values is None else mix_values(raw_LxHxK)
+        q_pos = jnp.arange(L)
+        if cache is not None:
+            at = (offset, jnp.zeros_like(offset), jnp.zeros_like(offset))
+            k_LxHxK = jax.lax.dynamic_update_slice(cache[0], k_LxHxK.astype(cache[0].dtype), at)
+            v_LxHxK = jax.lax.dynamic_update_slice(cache[1], v_LxHxK.astype(cache[1].dtype), at)
+            cache, q_pos, causal = (k_LxHxK, v_LxHxK), q_pos + offset, True
+        s_HxLxS = jnp.einsum("qhk,shk->hqs", q_LxHxK, k_LxHxK, preferred_element_type=acc)
+        s_HxLxS = s_HxLxS / jnp.sqrt(jnp.asarray(K, acc))
         if causal:
-            mask_LxL = jnp.tril(jnp.ones((L, L), dtype=bool))
-            s_HxLxL = jnp.where(mask_LxL[None], s_HxLxL, jnp.finfo(acc).min)
-        p_HxLxL = dropout(jax.nn.softmax(s_HxLxL, axis=-1), self.rate, key)
-        o_LxHxK = jnp.einsum("hqs,shk->qhk", p_HxLxL.astype(cd), v_LxHxK)
-        return o_LxHxK.reshape(L, D) @ self.w_o_DxD.astype(cd)
+            mask_LxS = jnp.arange(k_LxHxK.shape[0])[None, :] <= q_pos[:, None]
+            s_HxLxS = jnp.where(mask_LxS[None], s_HxLxS, jnp.finfo(acc).min)
+        p_HxLxS = dropout(jax.nn.softmax(s_HxLxS, axis=-1), self.rate, key)
+        o_LxHxK = jnp.einsum("hqs,shk->qhk", p_HxLxS.astype(cd), v_LxHxK)
+        return o_LxHxK.reshape(L, D) @ self.w_o_DxD.astype(cd), raw_LxHxK, cache
 
     def project_values(self, xv_LxD: Array) -> Float[Array, "L H K"]:
         """The per-head values ``v_LxHxK`` this attention computes from ``xv_LxD``."""

@@ -1,0 +1,272 @@
+r"""One trunk driver for every residual scheme: one pre-LN block, one ``lax.scan`` over blocks.
+
+A residual scheme is a :class:`Mixer`: how a block's inputs are formed from the residual state
+(:meth:`Mixer.read`), how the state takes the block's output (:meth:`Mixer.write`) and how the
+trunk output is read from the final state (:meth:`Mixer.output`). The driver
+(:func:`run_trunk`) runs any mixer over the blocks with one scan body, for training,
+evaluation, analysis (``collect``: the per-layer states come out of the same scan) and cached
+decoding (:func:`decode_trunk`: the same body on one token, each block reading and writing its
+rows of a key/value cache). So a scheme is written once and every feature holds for it.
+
+**Parameter layout.** The blocks are one :class:`~dca_theory.lm.blocks.PreLNBlock` whose array
+leaves carry a leading ``layer`` axis, and a mixer keeps its per-block parameters the same way
+(``Mixer.layers``); the scan slices both, so the compiled program does not grow with depth.
+Per-block parameters whose shape grows with the block (a GRN over the stack so far) are stored
+at the widest block's shape, zero-padded (each scheme's module says why the padding stays
+exactly zero in training).
+
+**The block** (:func:`run_block`), the Flax lm1b pre-LN block for every kind, generalised by
+what the mixer hands it (:class:`BlockIO`): separate query, key and value inputs (DCA's
+``q̃, k̃, ṽ``; MUDDFormer's streams), their LayerNorms (``LN_1`` unless the mixer has its own
+for keys and values), the residual input of the MLP (``r``: ``m = MLP(LN_2(r + a))``; ``r`` is
+the query input unless given), or a function forming the MLP input from the attention output
+(Attention Residuals), and a map of the values (value residual learning). It returns the
+attention output ``a`` (after dropout) and the MLP output ``m``; the vanilla branch is
+``a + m``.
+
+**Memory of the scan's backward pass.** ``lax.scan``'s autodiff saves each iteration's carry.
+A mixer that keeps a growing stack of outputs keeps it in a preallocated *buffer* (``State.
+buffer``, one slot per entry, zeros until written), and saving the buffer per block would grow
+like depth². Such a scan runs :func:`write_once_scan`: block t writes slots
+``1 + slots_per_block · t, …`` and reads only earlier ones, so the buffer block t read is the
+final buffer with the later slots zeroed; the backward pass rebuilds it, recomputes the block
+and applies its VJP, block by block in reverse (one buffer and one block's activations at a
+time; one more forward pass per block). The rest of the state (``State.carry``) is saved per
+block as ``lax.scan`` would.
+
+Shape letters: :mod:`dca_theory.lm.model`; ``T`` layers, ``M`` cache rows (``max_len``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dropout, split_or_none
+
+
+class State(NamedTuple):
+    """A trunk's residual state between blocks: a write-once ``buffer`` of stack entries
+    (``S×L×D``, or ``None``) and any other ``carry`` (a pytree; ``()`` for none)."""
+
+    buffer: Array | None
+    carry: Any
+
+
+@dataclass(frozen=True)
+class BlockIO:
+    """What a mixer hands a block (see the module docstring); ``None`` fields take the query
+    input (``k``, ``v``, ``r``) or the block's own ``LN_1`` (``kv_norms``)."""
+
+    q: Array
+    k: Array | None = None
+    v: Array | None = None
+    r: Array | None = None
+    kv_norms: tuple[LayerNorm, LayerNorm] | None = None
+    mix_values: Callable[[Array], Array] | None = None
+    mlp_input: Callable[[Array], Array] | None = None
+
+
+class BlockOut(NamedTuple):
+    """A block's outputs: attention ``a`` (after dropout), MLP ``m``, the projected values
+    before any mixing (``H``-headed), and the updated key/value cache (``None`` without)."""
+
+    a: Array
+    m: Array
+    values: Array
+    cache: tuple[Array, Array] | None
+
+
+def run_block(blk: PreLNBlock, io: BlockIO, *, causal: bool, key: PRNGKeyArray | None,
+              cache: tuple[Array, Array] | None = None, offset: Array | None = None
+              ) -> BlockOut:
+    """The pre-LN block on ``io``: ``a = Attn(LN_1 q, LN_k k, LN_v v)``,
+    ``m = MLP(LN_2(r + a))`` (or ``MLP(LN_2(io.mlp_input(a)))``)."""
+    k_att, k_drop, k_mlp = split_or_none(key, 3)
+    qn_LxD = blk.ln1(io.q)
+    ln_k, ln_v = io.kv_norms or (blk.ln1, blk.ln1)
+    kn_LxD = qn_LxD if io.k is None and io.kv_norms is None else ln_k(
+        io.q if io.k is None else io.k)
+    vn_LxD = qn_LxD if io.v is None and io.kv_norms is None else ln_v(
+        io.q if io.v is None else io.v)
+    a_LxD, values, cache = blk.attn.forward(qn_LxD, kn_LxD, vn_LxD, causal=causal, key=k_att,
+                                            mix_values=io.mix_values, cache=cache,
+                                            offset=offset)
+    a_LxD = dropout(a_LxD, blk.rate, k_drop).astype(io.q.dtype)
+    if io.mlp_input is not None:
+        x_LxD = io.mlp_input(a_LxD)
+    else:
+        x_LxD = (io.q if io.r is None else io.r) + a_LxD
+    m_LxD = blk.mlp(blk.ln2(x_LxD), key=k_mlp).astype(io.q.dtype)
+    return BlockOut(a_LxD, m_LxD, values, cache)
+
+
+class Mixer(eqx.Module):
+    """One residual scheme's combination rule (see the module docstring).
+
+    ``layers`` holds the per-block parameters (a pytree whose array leaves have a leading
+    ``layer`` axis; ``None`` if the scheme has none); the driver slices it and hands block t's
+    slice to :meth:`read` and :meth:`write` as ``p``. Those two must not read ``self``'s arrays
+    (the driver calls them on a copy without arrays: a scan body that closed over the whole
+    stack would defeat the layout). :meth:`output` may read the rest (a final combiner).
+    """
+
+    layers: eqx.AbstractVar[Any]
+    #: buffer slots each block writes (Attention Residuals: 2, attention and MLP apart)
+    slots_per_block: ClassVar[int] = 1
+
+    @abc.abstractmethod
+    def start(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:
+        """The state before the first block."""
+
+    @abc.abstractmethod
+    def read(self, p: Any, state: State, t: Array) -> BlockIO:
+        """Block ``t``'s inputs (``p``: its slice of ``layers``)."""
+
+    @abc.abstractmethod
+    def write(self, p: Any, state: State, t: Array, io: BlockIO, out: BlockOut) -> State:
+        """The state after block ``t``."""
+
+    @abc.abstractmethod
+    def output(self, state: State) -> Float[Array, "L D"]:
+        """The trunk output (before the final LayerNorm)."""
+
+    def record(self, p: Any, before: State, after: State, io: BlockIO, out: BlockOut
+               ) -> dict[str, Array]:
+        """Block t's analysis states (:mod:`dca_theory.lm.trunk` names them): what attention
+        reads as its query input, the block's new stack entry, the plain sum of everything so
+        far and (stack kinds) the buffer it read. Default: a stream ``h ← h + a + m``."""
+        return {"in": io.q, "out": out.a + out.m, "stream": after.carry}
+
+    def stack_slots(self, t: int) -> tuple[int, ...] | None:
+        """Which buffer slots block ``t``'s stack entries sit in, oldest first (``None``:
+        the scheme records no stack)."""
+        return None
+
+
+def _bare(module: eqx.Module) -> eqx.Module:
+    """``module`` without its arrays (its static part and methods only)."""
+    return eqx.filter(module, eqx.is_array, inverse=True)
+
+
+def _layer_count(blocks: PreLNBlock) -> int:
+    return blocks.ln1.scale.shape[0]
+
+
+def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, causal: bool,
+              key: PRNGKeyArray | None, collect: bool = False
+              ) -> tuple[Float[Array, "L D"], dict[str, Array] | None]:
+    """The trunk output and, with ``collect``, the per-layer records stacked over layers
+    (:meth:`Mixer.record`'s keys, each ``T×…``). Dropout keys: ``split(key, T)``, one per
+    block, each split into attention, attention-output and MLP keys."""
+    n = _layer_count(blocks)
+    arrays, static = eqx.partition((blocks, mixer.layers), eqx.is_array)
+    shell = _bare(mixer)
+    extras = (jnp.arange(n), None if key is None else jax.random.split(key, n))
+
+    def step(arrays_t, state, extra):
+        blk, p = eqx.combine(arrays_t, static)
+        t, k_t = extra
+        io = shell.read(p, state, t)
+        out = run_block(blk, io, causal=causal, key=k_t)
+        after = shell.write(p, state, t, io, out)
+        return after, (shell.record(p, state, after, io, out) if collect else None)
+
+    state = mixer.start(x_LxD, n)
+    if state.buffer is not None and not collect:
+        state = write_once_scan(lambda a, s, e: step(a, s, e)[0], arrays, state, extras,
+                                mixer.slots_per_block)
+        records = None
+    else:
+        state, records = jax.lax.scan(lambda s, xs: step(xs[0], s, xs[1]), state,
+                                      (arrays, extras))
+    return mixer.output(state), records
+
+
+def decode_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"],
+                 cache: tuple[Array, Array], offset: Array
+                 ) -> tuple[Float[Array, "L D"], tuple[Array, Array]]:
+    """:func:`run_trunk` for ``L`` new tokens at positions ``offset, …`` (inference): each
+    block reads and writes its rows of ``cache = (keys_TxMxHxK, values_TxMxHxK)``."""
+    n = _layer_count(blocks)
+    arrays, static = eqx.partition((blocks, mixer.layers), eqx.is_array)
+    shell = _bare(mixer)
+
+    def body(state, xs):
+        arrays_t, t, layer = xs
+        blk, p = eqx.combine(arrays_t, static)
+        io = shell.read(p, state, t)
+        out = run_block(blk, io, causal=True, key=None, cache=layer, offset=offset)
+        return shell.write(p, state, t, io, out), out.cache
+
+    state, cache = jax.lax.scan(body, mixer.start(x_LxD, n), (arrays, jnp.arange(n), cache))
+    return mixer.output(state), cache
+
+
+def write_once_scan(step: Callable, arrays, state: State, extras, slots_per_block: int
+                    ) -> State:
+    """``lax.scan`` of ``state = step(arrays_t, state, extras_t)`` over the leading axis, for a
+    ``step`` that writes buffer slots from ``1 + slots_per_block · t`` on (``t = extras[0]``)
+    and reads only earlier ones: same value, a backward pass that keeps one buffer (see the
+    module docstring)."""
+
+    def forward(arrays, state, extras):
+        def body(s, xs):
+            return step(xs[0], s, xs[1]), s.carry
+
+        return jax.lax.scan(body, state, (arrays, extras))
+
+    @jax.custom_vjp
+    def run(arrays, state, extras):
+        return forward(arrays, state, extras)[0]
+
+    def run_fwd(arrays, state, extras):
+        out, carries = forward(arrays, state, extras)
+        return out, (arrays, out.buffer, carries, extras)
+
+    def run_bwd(res, g_out):
+        arrays, buffer, carries, extras = res
+        slot = jnp.arange(buffer.shape[0]).reshape((-1,) + (1,) * (buffer.ndim - 1))
+
+        def back(g_state, xs):
+            arrays_t, carry, extra = xs
+            first = 1 + slots_per_block * extra[0]  # the first slot block t writes
+            read = jnp.where(slot < first, buffer, jnp.zeros_like(buffer))
+            _, vjp = jax.vjp(lambda a, s: step(a, s, extra), arrays_t, State(read, carry))
+            g_arrays, g_in = vjp(g_state)
+            return g_in, g_arrays
+
+        g_state, g_arrays = jax.lax.scan(back, g_out, (arrays, carries, extras), reverse=True)
+        return g_arrays, g_state, jax.tree.map(lambda _: None, extras)
+
+    run.defvjp(run_fwd, run_bwd)
+    return run(arrays, state, extras)
+
+
+def stack_layers(modules) -> Any:
+    """Modules of one structure as one, whose array leaves have a leading ``layer`` axis."""
+    arrays = [eqx.filter(m, eqx.is_array) for m in modules]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+    return eqx.combine(stacked, eqx.filter(modules[0], eqx.is_array, inverse=True))
+
+
+def layer_of(stacked: Any, t: int) -> Any:
+    """Layer ``t`` of a stacked module (:func:`stack_layers`' inverse, one layer)."""
+    return jax.tree.map(lambda x: x[t] if eqx.is_array(x) else x, stacked)
+
+
+def write_slot(buffer: Array, entry: Array, slot: Array) -> Array:
+    """``buffer`` with ``entry`` in slot ``slot`` (leading axis), in place in a scan."""
+    return jax.lax.dynamic_update_index_in_dim(buffer, entry.astype(buffer.dtype), slot, 0)
+
+
+def new_buffer(x_LxD: Array, size: int) -> Array:
+    """A ``size``-slot buffer holding ``x`` in slot 0 and zeros elsewhere."""
+    return jnp.zeros((size, *x_LxD.shape), x_LxD.dtype).at[0].set(x_LxD)

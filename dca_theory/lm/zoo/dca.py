@@ -1,0 +1,135 @@
+r"""``dca``: DeepCrossAttention (paper §3.2, Figure 4), full stack or k-DCA.
+
+Block t reads three GRN-v3 over the stack, ``q̃, k̃, ṽ = GRN_q(G), GRN_k(G), GRN_v(G)``;
+attention gets ``LN_q q̃, LN_k k̃, LN_v ṽ`` and the MLP ``LN_h(a + q̃)``; the new stack entry
+is ``o = a + m`` (it does not contain ``q̃``). ``LN_q`` and ``LN_h`` are the block's own
+``LN_1`` and ``LN_2`` (so a vanilla model's blocks carry over, :mod:`dca_theory.lm.retrofit`);
+``LN_k`` and ``LN_v`` are this mixer's. A final GRN-v3 combines the stack. Why this equals
+vanilla at init is in :mod:`dca_theory.lm.blocks`.
+
+**Stack.** Full DCA (``k is None`` or ``k + 1 >= n_layers``, where k-DCA is full DCA) keeps a
+``(T + 1)``-slot write-once buffer, block t writing slot ``t + 1``. k-DCA carries the fixed
+stack ``[x, middle, last k]``, started as ``[x, 0, …, 0]`` and shifting by one entry per block
+while the oldest of the last k is added into the middle (adding zeros until block ``k + 1``,
+where the middle becomes the first output exactly).
+
+**Layout.** The three GRNs of every block are stored over the widest stack (``T + 1`` or
+``k + 2`` slots), stacked over blocks, block t's ``b`` rows at the slots its entries occupy
+(:func:`~dca_theory.lm.layer_stack.scan_slots`: the first ``t + 1`` for full DCA; for k-DCA's
+first ``k + 1`` blocks, ``x`` and the last ``t`` slots), zeros elsewhere. The zero rows weigh
+slots holding zeros when read (under every gate of :mod:`dca_theory.gates` the zero entry
+contributes 0 and its row's gradient is 0), so they stay zero under AdamW.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from dca_theory import schemes
+from dca_theory.lm.blocks import LayerNorm
+from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
+from dca_theory.lm.layer_stack import block_list, placed_block, scan_slots
+from dca_theory.residual import GRNv3, stack_size
+
+
+class DCALayer(eqx.Module):
+    """One block's DCA parameters besides its pre-LN block: three GRN-v3, ``LN_k``, ``LN_v``."""
+
+    grn_q: GRNv3
+    grn_k: GRNv3
+    grn_v: GRNv3
+    ln_k: LayerNorm
+    ln_v: LayerNorm
+
+
+class DCAMixer(Mixer):
+    """DCA's three GRN-v3 per block over the stack, and the final GRN-v3."""
+
+    layers: DCALayer
+    final: GRNv3
+    k: int | None = eqx.field(static=True)
+    n_layers: int = eqx.field(static=True)
+
+    @property
+    def full(self) -> bool:
+        return self.k is None or self.k + 1 >= self.n_layers
+
+    @classmethod
+    def init(cls, cfg: ModelConfig, *, key) -> DCAMixer:
+        # The draws of the per-block DCA modules (same key, same values), then this layout.
+        from dca_theory.lm.trunk import DCATrunk
+
+        return cls.from_trunk(DCATrunk.init(cfg, key=key))
+
+    @classmethod
+    def from_trunk(cls, trunk) -> DCAMixer:
+        """From a DCA trunk of one module per block (its blocks' pre-LN parts are
+        :func:`pre_ln_blocks`)."""
+        cfg, blocks = trunk.cfg, block_list(trunk.blocks)
+        width = stack_size(cfg.n_layers, cfg.k)
+        layers = []
+        for t, b in enumerate(blocks):
+            s = scan_slots(cfg, t)
+            layers.append(DCALayer(grn_q=placed_block(b.grn_q, s, width),
+                                   grn_k=placed_block(b.grn_k, s, width),
+                                   grn_v=placed_block(b.grn_v, s, width),
+                                   ln_k=b.ln_k, ln_v=b.ln_v))
+        return cls(layers=stack_layers(layers), final=trunk.final, k=cfg.k,
+                   n_layers=cfg.n_layers)
+
+    def param_count(self) -> int:
+        grn_v3, d = schemes.get("grn_v3"), self.final.dim
+        grns = sum(3 * grn_v3.combiner_params(stack_size(t, self.k), d)
+                   for t in range(self.n_layers))
+        return grns + self.final.param_count() + self.n_layers * 2 * 2 * d
+
+    def start(self, x_LxD, n_layers):
+        if self.full:
+            return State(new_buffer(x_LxD, n_layers + 1), ())
+        return State(None, new_buffer(x_LxD, self.k + 2))
+
+    def _stack(self, state):
+        return state.buffer if self.full else state.carry
+
+    def read(self, p: DCALayer, state, t):
+        stack = self._stack(state)
+        q_LxD = p.grn_q(stack)
+        return BlockIO(q=q_LxD, k=p.grn_k(stack), v=p.grn_v(stack), r=q_LxD,
+                       kv_norms=(p.ln_k, p.ln_v))
+
+    def write(self, p, state, t, io, out):
+        o_LxD = out.a + out.m
+        if self.full:
+            return State(write_slot(state.buffer, o_LxD, t + 1), ())
+        s = state.carry  # [x, middle, last k]: push o, the oldest of the last k joins middle
+        recent = jnp.concatenate([s[2:], o_LxD[None].astype(s.dtype)])
+        return State(None, jnp.concatenate([s[:1], (s[1] + recent[0])[None], recent[1:]]))
+
+    def output(self, state):
+        return self.final(self._stack(state))
+
+    def record(self, p, before, after, io, out):
+        return {"in": io.q, "out": out.a + out.m,
+                "stream": jnp.sum(self._stack(after), axis=0), "stack": self._stack(before)}
+
+    def stack_slots(self, t):
+        return tuple(range(t + 1)) if self.full else scan_slots(
+            _SlotsConfig(self.k, self.n_layers), t)
+
+
+class _SlotsConfig:
+    """The two fields :func:`~dca_theory.lm.layer_stack.scan_slots` reads."""
+
+    def __init__(self, k, n_layers):
+        self.k, self.n_layers = k, n_layers
+
+
+def pre_ln_blocks(trunk) -> list:
+    """A per-block DCA trunk's blocks as pre-LN blocks: ``LN_1 = LN_q``, ``LN_2 = LN_h``."""
+    from dca_theory.lm.blocks import PreLNBlock
+
+    return [PreLNBlock(ln1=b.ln_q, attn=b.attn, ln2=b.ln_h, mlp=b.mlp, rate=b.rate)
+            for b in block_list(trunk.blocks)]
+

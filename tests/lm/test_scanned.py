@@ -1,0 +1,117 @@
+"""The scanned trunk (:mod:`dca_theory.lm.driver`, :mod:`dca_theory.lm.scanned`) against the
+per-block trunks it replaces, in float64, and its cached decoding against its full pass.
+
+**Same numbers.** For each kind a per-block trunk is built, its weights perturbed away from
+init (every GRN active), and converted (:meth:`ScannedTrunk.from_trunk`). The scanned trunk
+built from the same key must equal the converted init exactly (same draws, same layout); with
+dropout on (same keys), the loss, the gradient of every parameter (the per-block gradients
+converted the same way: the conversion is linear, so it maps gradients to gradients) and of
+the input, and every per-layer state must agree to 1e-10 relative to the largest magnitude:
+float64's summation-order differences are ~1e-15 relative, and a wrong term (a mis-placed
+slot, a missed dropout key) gives O(1) errors.
+
+**Decoding.** Tokens fed through :meth:`ScannedTrunk.decode` one at a time (and in chunks)
+must give the full causal pass's outputs at every position, to 1e-12 relative in float64.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from zoo_helpers import F64, perturb
+
+from dca_theory.lm.params import overhead
+from dca_theory.lm.scanned import ScannedTrunk, param_count
+from dca_theory.lm.trunks import Trunk
+
+RTOL = 1e-10
+CFG = F64.replace(n_layers=4, max_len=8, dropout=0.1, attn_dropout=0.1, grn_impl="reference")
+
+KINDS = [
+    {"residual": "vanilla"},
+    {"residual": "grn_v3", "grn_window": 2},  # a window: slots outside it are masked
+    {"residual": "dca"},
+    {"residual": "dca", "k": 1},  # the fixed [x, middle, last k] stack carried
+    pytest.param({"residual": "grn_v1"}, marks=pytest.mark.slow),
+    pytest.param({"residual": "grn_v2", "grn_window": 2, "grn_input": False},
+                 marks=pytest.mark.slow),
+    pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow),
+    pytest.param({"residual": "dca", "k": 0}, marks=pytest.mark.slow),
+    pytest.param({"residual": "dca", "k": 2, "grn_gate": "paper"}, marks=pytest.mark.slow),
+]
+
+
+def _ids(changes):
+    return "-".join(f"{k}={v}" for k, v in changes.items())
+
+
+def _loss(trunk, x_LxD, key):
+    return jnp.sum(jnp.sin(trunk(x_LxD, causal=True, key=key)))
+
+
+def _max_rel(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _assert_trees_close(got, want, what):
+    got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got_leaves) == len(want_leaves), what
+    scale = max(float(np.max(np.abs(np.asarray(w)))) for w in want_leaves)
+    for g, w in zip(got_leaves, want_leaves):
+        assert g.shape == w.shape, what
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=RTOL * scale,
+                                   err_msg=what)
+
+
+@pytest.mark.parametrize("changes", KINDS, ids=_ids)
+def test_scanned_trunk_equals_the_per_block_trunk_in_float64(changes):
+    cfg = CFG.replace(**changes)
+    key = jax.random.PRNGKey(0)
+    old = Trunk(cfg, key=key)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
+                                     ScannedTrunk.init(cfg, key=key),
+                                     ScannedTrunk.from_trunk(old)))
+    old = perturb(old, jax.random.PRNGKey(1))
+    new = ScannedTrunk.from_trunk(old)
+    assert param_count(new) == sum(x.size for x in jax.tree.leaves(
+        eqx.filter(old, eqx.is_inexact_array)))
+    assert new.mixer.param_count() == overhead(cfg)  # what the kind adds to vanilla
+    x_LxD = jax.random.normal(jax.random.PRNGKey(2), (cfg.max_len, cfg.d_model), jnp.float64)
+    drop = jax.random.PRNGKey(3)
+    grad = eqx.filter_jit(eqx.filter_value_and_grad(_loss))
+    (l_old, g_old), (l_new, g_new) = grad(old, x_LxD, drop), grad(new, x_LxD, drop)
+    assert _max_rel(l_new, l_old) < RTOL
+    _assert_trees_close(eqx.filter(g_new, eqx.is_array),
+                        eqx.filter(ScannedTrunk.from_trunk(g_old), eqx.is_array), "gradients")
+    gx = eqx.filter_jit(jax.grad(_loss, argnums=1))
+    assert _max_rel(gx(new, x_LxD, drop), gx(old, x_LxD, drop)) < RTOL
+    states = eqx.filter_jit(lambda t, x: t.forward_with_states(x, causal=True)[1])
+    s_old, s_new = states(old, x_LxD), states(new, x_LxD)
+    assert set(s_new) == set(s_old)
+    for name in s_old:
+        assert _max_rel(s_new[name], s_old[name]) < RTOL, name
+
+
+@eqx.filter_jit
+def _decoded(trunk, x_LxD, chunk):
+    """The trunk output at every position, fed ``chunk`` tokens at a time through the cache."""
+    cache, out = trunk.empty_cache(), []
+    for start in range(0, x_LxD.shape[0], chunk):
+        h, cache = trunk.decode(x_LxD[start:start + chunk], cache, jnp.asarray(start))
+        out.append(h)
+    return jnp.concatenate(out)
+
+
+@pytest.mark.parametrize("changes", KINDS, ids=_ids)
+def test_scanned_decode_equals_the_full_pass_at_every_position(changes):
+    cfg = CFG.replace(**changes)
+    trunk = ScannedTrunk.from_trunk(perturb(Trunk(cfg, key=jax.random.PRNGKey(0)),
+                                            jax.random.PRNGKey(1)))
+    x_LxD = jax.random.normal(jax.random.PRNGKey(2), (cfg.max_len, cfg.d_model), jnp.float64)
+    full = eqx.filter_jit(lambda t, x: t(x, causal=True))(trunk, x_LxD)
+    for chunk in (1, 3):
+        assert _max_rel(_decoded(trunk, x_LxD, chunk), full) < 1e-12, chunk
