@@ -63,7 +63,9 @@ class State(NamedTuple):
 @dataclass(frozen=True)
 class BlockIO:
     """What a mixer hands a block (see the module docstring); ``None`` fields take the query
-    input (``k``, ``v``, ``r``) or the block's own ``LN_1`` (``kv_norms``)."""
+    input (``k``, ``v``, ``r``) or the block's own ``LN_1`` (``kv_norms``). ``aux`` carries
+    anything the mixer's :meth:`~Mixer.read` computed for its :meth:`~Mixer.write` (e.g.
+    Hyper-Connections' stream weights); the block ignores it."""
 
     q: Array
     k: Array | None = None
@@ -72,6 +74,7 @@ class BlockIO:
     kv_norms: tuple[LayerNorm, LayerNorm] | None = None
     mix_values: Callable[[Array], Array] | None = None
     mlp_input: Callable[[Array], Array] | None = None
+    aux: Any = None
 
 
 class BlockOut(NamedTuple):
