@@ -40,8 +40,8 @@ Shape letters: :mod:`dca_theory.lm.model`; ``T`` layers, ``M`` cache rows (``max
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
@@ -50,6 +50,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dropout, split_or_none
+from dca_theory.lm.buffer_scans import shadow_scan, write_once_scan
+
+#: groups of consecutive blocks whose buffer reads are cut to what their last block can read
+#: (one ``lax.switch`` branch each in the scan body): a mixer that :attr:`~Mixer.narrows`
+#: then reads on average ``(1 + 1/G) / 2`` of the buffer instead of all of it (the
+#: blocks and the rest of the body are compiled once)
+READ_GROUPS = 4
 
 
 class State(NamedTuple):
@@ -60,8 +67,7 @@ class State(NamedTuple):
     carry: Any
 
 
-@dataclass(frozen=True)
-class BlockIO:
+class BlockIO(eqx.Module):
     """What a mixer hands a block (see the module docstring); ``None`` fields take the query
     input (``k``, ``v``, ``r``) or the block's own ``LN_1`` (``kv_norms``). ``aux`` carries
     anything the mixer's :meth:`~Mixer.read` computed for its :meth:`~Mixer.write` (e.g.
@@ -124,6 +130,13 @@ class Mixer(eqx.Module):
     layers: eqx.AbstractVar[Any]
     #: buffer slots each block writes (Attention Residuals: 2, attention and MLP apart)
     slots_per_block: ClassVar[int] = 1
+    #: whether the block reads the state through a BlockIO hook (``mlp_input``,
+    #: ``mix_values``), so that a buffer's scan must recompute the whole step
+    #: (:mod:`dca_theory.lm.buffer_scans`)
+    block_reads_state: ClassVar[bool] = False
+    #: whether :meth:`narrow` is implemented: block t then reads only the buffer's first
+    #: slots (see :data:`READ_GROUPS`)
+    narrows: ClassVar[bool] = False
 
     @abc.abstractmethod
     def start(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:
@@ -147,6 +160,12 @@ class Mixer(eqx.Module):
         reads as its query input, the block's new stack entry, the plain sum of everything so
         far and (stack kinds) the buffer it read. Default: a stream ``h ← h + a + m``."""
         return {"in": io.q, "out": out.a + out.m, "stream": after.carry}
+
+    def narrow(self, p: Any, width: int) -> Any:
+        """Block parameters ``p`` for reading a buffer of its first ``width`` slots (only
+        called if :attr:`narrows`; every slot beyond ``width`` is one block t has not written
+        yet)."""
+        raise NotImplementedError
 
     def stack_slots(self, t: int) -> tuple[int, ...] | None:
         """Which buffer slots block ``t``'s stack entries sit in, oldest first (``None``:
@@ -183,14 +202,46 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
         return after, (shell.record(p, state, after, io, out) if collect else None)
 
     state = mixer.start(x_LxD, n)
-    if state.buffer is not None and not collect:
-        state = write_once_scan(lambda a, s, e: step(a, s, e)[0], arrays, state, extras,
-                                mixer.slots_per_block)
-        records = None
-    else:
+    if state.buffer is None or collect:
         state, records = jax.lax.scan(lambda s, xs: step(xs[0], s, xs[1]), state,
                                       (arrays, extras))
-    return mixer.output(state), records
+        return mixer.output(state), records
+    if mixer.block_reads_state:
+        state = write_once_scan(lambda a, s, e: step(a, s, e)[0], arrays, state, extras,
+                                mixer.slots_per_block)
+        return mixer.output(state), None
+    blk_static, p_static = static
+
+    def read_width(width, p, carry, buffer, t):
+        p = eqx.combine(p, p_static)
+        if width < buffer.shape[0]:
+            p, buffer = shell.narrow(p, width), buffer[:width]
+        return shell.read(p, State(buffer, carry), t)
+
+    def read(p, carry, buffer, t):
+        if not mixer.narrows:
+            return read_width(buffer.shape[0], p, carry, buffer, t)
+        stops, widths = read_groups(n, mixer.slots_per_block)
+        branches = [functools.partial(read_width, w) for w in widths]
+        group = jnp.searchsorted(jnp.asarray(stops[:-1]), t, side="right")
+        return jax.lax.switch(group, branches, p, carry, buffer, t)
+
+    def block(blk, io, k_t):
+        return run_block(eqx.combine(blk, blk_static), io, causal=causal, key=k_t)
+
+    def write(p, carry, io, out, buffer, t):
+        return shell.write(eqx.combine(p, p_static), State(buffer, carry), t, io, out)
+
+    return shadow_scan(read, block, write, mixer.output, arrays, state, extras,
+                       mixer.slots_per_block), None
+
+
+def read_groups(n: int, slots_per_block: int) -> tuple[list[int], list[int]]:
+    """``(stops, widths)``: the blocks split into :data:`READ_GROUPS` consecutive groups
+    (group g ends before block ``stops[g]``) and the buffer slots its last block can read."""
+    groups = max(1, min(READ_GROUPS, n))
+    stops = sorted({round(i * n / groups) for i in range(1, groups + 1)})
+    return stops, [1 + slots_per_block * (stop - 1) for stop in stops]
 
 
 def decode_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"],
@@ -211,46 +262,6 @@ def decode_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"],
 
     state, cache = jax.lax.scan(body, mixer.start(x_LxD, n), (arrays, jnp.arange(n), cache))
     return mixer.output(state), cache
-
-
-def write_once_scan(step: Callable, arrays, state: State, extras, slots_per_block: int
-                    ) -> State:
-    """``lax.scan`` of ``state = step(arrays_t, state, extras_t)`` over the leading axis, for a
-    ``step`` that writes buffer slots from ``1 + slots_per_block · t`` on (``t = extras[0]``)
-    and reads only earlier ones: same value, a backward pass that keeps one buffer (see the
-    module docstring)."""
-
-    def forward(arrays, state, extras):
-        def body(s, xs):
-            return step(xs[0], s, xs[1]), s.carry
-
-        return jax.lax.scan(body, state, (arrays, extras))
-
-    @jax.custom_vjp
-    def run(arrays, state, extras):
-        return forward(arrays, state, extras)[0]
-
-    def run_fwd(arrays, state, extras):
-        out, carries = forward(arrays, state, extras)
-        return out, (arrays, out.buffer, carries, extras)
-
-    def run_bwd(res, g_out):
-        arrays, buffer, carries, extras = res
-        slot = jnp.arange(buffer.shape[0]).reshape((-1,) + (1,) * (buffer.ndim - 1))
-
-        def back(g_state, xs):
-            arrays_t, carry, extra = xs
-            first = 1 + slots_per_block * extra[0]  # the first slot block t writes
-            read = jnp.where(slot < first, buffer, jnp.zeros_like(buffer))
-            _, vjp = jax.vjp(lambda a, s: step(a, s, extra), arrays_t, State(read, carry))
-            g_arrays, g_in = vjp(g_state)
-            return g_in, g_arrays
-
-        g_state, g_arrays = jax.lax.scan(back, g_out, (arrays, carries, extras), reverse=True)
-        return g_arrays, g_state, jax.tree.map(lambda _: None, extras)
-
-    run.defvjp(run_fwd, run_bwd)
-    return run(arrays, state, extras)
 
 
 def stack_layers(modules) -> Any:

@@ -28,9 +28,10 @@ import jax.numpy as jnp
 
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm
+from dca_theory.lm.buffer_grn import buffer_grns
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
-from dca_theory.lm.layer_stack import block_list, placed_block, scan_slots
+from dca_theory.lm.layer_stack import block_list, padded_block, placed_block, scan_slots
 from dca_theory.residual import GRNv3, stack_size
 
 
@@ -51,6 +52,8 @@ class DCAMixer(Mixer):
     final: GRNv3
     k: int | None = eqx.field(static=True)
     n_layers: int = eqx.field(static=True)
+
+    narrows = True  # full DCA's buffer; k-DCA keeps no buffer
 
     @property
     def full(self) -> bool:
@@ -90,14 +93,16 @@ class DCAMixer(Mixer):
             return State(new_buffer(x_LxD, n_layers + 1), ())
         return State(None, new_buffer(x_LxD, self.k + 2))
 
+    def narrow(self, p, width):
+        return eqx.tree_at(lambda q: (q.grn_q, q.grn_k, q.grn_v), p,
+                           tuple(padded_block(g, width) for g in (p.grn_q, p.grn_k, p.grn_v)))
+
     def _stack(self, state):
         return state.buffer if self.full else state.carry
 
     def read(self, p: DCALayer, state, t):
-        stack = self._stack(state)
-        q_LxD = p.grn_q(stack)
-        return BlockIO(q=q_LxD, k=p.grn_k(stack), v=p.grn_v(stack), r=q_LxD,
-                       kv_norms=(p.ln_k, p.ln_v))
+        q_LxD, k_LxD, v_LxD = buffer_grns((p.grn_q, p.grn_k, p.grn_v), self._stack(state))
+        return BlockIO(q=q_LxD, k=k_LxD, v=v_LxD, r=q_LxD, kv_norms=(p.ln_k, p.ln_v))
 
     def write(self, p, state, t, io, out):
         o_LxD = out.a + out.m
@@ -108,7 +113,7 @@ class DCAMixer(Mixer):
         return State(None, jnp.concatenate([s[:1], (s[1] + recent[0])[None], recent[1:]]))
 
     def output(self, state):
-        return self.final(self._stack(state))
+        return buffer_grns((self.final,), self._stack(state))[0]
 
     def record(self, p, before, after, io, out):
         return {"in": io.q, "out": out.a + out.m,

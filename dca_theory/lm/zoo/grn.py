@@ -23,9 +23,10 @@ import jax.numpy as jnp
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import dtype_of
+from dca_theory.lm.buffer_grn import buffer_grns
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
-from dca_theory.lm.layer_stack import grn_list, placed_block
+from dca_theory.lm.layer_stack import grn_list, padded_block, placed_block
 from dca_theory.residual import AbstractGRN, make_combiner
 
 
@@ -36,6 +37,7 @@ class GRNMixer(Mixer):
     final: AbstractGRN
     slots: tuple[tuple[int, ...], ...] = eqx.field(static=True)  # per block, then the final
     windowed: bool = eqx.field(static=True)
+    narrows = True
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key) -> GRNMixer:
@@ -63,6 +65,9 @@ class GRNMixer(Mixer):
                                                self.final.dim,
                                                stack_sizes=[len(s) for s in self.slots])
 
+    def narrow(self, p, width):
+        return padded_block(p, width)
+
     def _visible(self, buffer, t):
         """The buffer with the slots outside block t's window zeroed (Table 9)."""
         if not self.windowed:
@@ -70,19 +75,19 @@ class GRNMixer(Mixer):
         mask = jnp.zeros((len(self.slots), buffer.shape[0]), buffer.dtype)
         for i, s in enumerate(self.slots):
             mask = mask.at[i, jnp.asarray(s)].set(1)
-        return buffer * mask[t].reshape((-1,) + (1,) * (buffer.ndim - 1))
+        return buffer * mask[t, :buffer.shape[0]].reshape((-1,) + (1,) * (buffer.ndim - 1))
 
     def start(self, x_LxD, n_layers):
         return State(new_buffer(x_LxD, n_layers + 1), ())
 
     def read(self, p, state, t):
-        return BlockIO(q=p(self._visible(state.buffer, t)))
+        return BlockIO(q=buffer_grns((p,), self._visible(state.buffer, t))[0])
 
     def write(self, p, state, t, io, out):
         return State(write_slot(state.buffer, out.a + out.m, t + 1), ())
 
     def output(self, state):
-        return self.final(self._visible(state.buffer, len(self.slots) - 1))
+        return buffer_grns((self.final,), self._visible(state.buffer, len(self.slots) - 1))[0]
 
     def record(self, p, before, after, io, out):
         return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.buffer, axis=0),
