@@ -41,6 +41,9 @@ KINDS = [
     pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 0}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 2, "grn_gate": "paper"}, marks=pytest.mark.slow),
+    {"residual": "attn_res"},  # sources masked by count, the MLP reading a_t too
+    {"residual": "muddformer"},  # four streams carried, aggregates padded to 4 × (T + 1)
+    {"residual": "value_residual"},  # block 0's values carried, mixed before the cache
 ]
 
 
