@@ -26,9 +26,18 @@ AdamW leaves a zero parameter with zero gradient at zero.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jaxtyping import Array
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
+from dca_theory.lm.driver import (
+    BlockIO,
+    BlockOut,
+    Mixer,
+    State,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
 from dca_theory.lm.rivals import MUDD_STREAMS, DenseAggregate, dense_aggregates
 
 
@@ -76,7 +85,7 @@ class MuddFormerMixer(Mixer):
         return {"in": io.q, "out": out.a + out.m, "stream": _block_output(io, out)}
 
 
-def _block_output(io: BlockIO, out) -> jnp.ndarray:
+def _block_output(io: BlockIO, out: BlockOut) -> Array:
     """``X_{i+1} = (X̄^R + a) + m``, summed in the per-block trunk's order."""
     return (io.r + out.a) + out.m
 
