@@ -288,11 +288,13 @@ class GRNv3(AbstractGRN):
 class SoftmaxOverDepth(AbstractCombiner):
     r"""``attn_res``: Attention Residuals' depth attention,
     :math:`\sum_i \mathrm{softmax}_i(q^\top \hat h_i)\, h_i` with
-    :math:`\hat h = h / \sqrt{\mathrm{mean}(h^2) + \epsilon}` and one learned pseudo-query q.
+    :math:`\hat h = g \odot h / \sqrt{\mathrm{mean}(h^2) + \epsilon}` and one learned
+    pseudo-query q.
 
-    The LM's version (:class:`dca_theory.lm.rivals.DepthAttention`) also has an RMSNorm scale g;
-    it enters only as :math:`g \odot q`, so the toy keeps the one vector q (same functions).
-    Weights are positive and sum to 1 (a convex combination); at q = 0 they are 1/S.
+    The LM keeps the paper's RMSNorm scale ``g`` per sublayer (:mod:`dca_theory.lm.zoo.attn_res`);
+    it enters only as :math:`g \odot q`, so the toy nets leave it ``None`` (the same functions).
+    Weights are positive and sum to 1 (a convex combination); at q = 0 they are 1/S. Scores and
+    the sum run in float32 at least (a bfloat16 stack's statistics).
     """
 
     kind: ClassVar[str] = "attn_res"
@@ -300,18 +302,32 @@ class SoftmaxOverDepth(AbstractCombiner):
     size: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     eps: float = eqx.field(static=True, default=1e-6)
+    g: Float[Array, " D"] | None = None  # RMSNorm scale (the LM's); None: 1
 
-    def __call__(self, stack):
+    def __call__(self, stack, count=None):
+        """The combination; with ``count``, of the first ``count`` entries only (the later
+        slots of a preallocated stack get weight exactly 0, whatever they hold)."""
         self.check_stack(stack)
-        return jnp.sum(self.weights(stack) * stack, axis=0)
+        acc = _at_least_float32(stack.dtype)
+        alpha = self.softmax_weights(stack, count)
+        # a contraction over S: no S×…×D product is formed
+        return jnp.einsum("s...,s...d->...d", alpha, stack.astype(acc)).astype(stack.dtype)
 
     def weights(self, stack):
         return self.softmax_weights(stack)[..., None] * jnp.ones_like(stack)
 
-    def softmax_weights(self, stack: Float[Array, "S *batch D"]) -> Float[Array, " S *batch"]:
-        """The softmax weights over the S entries (summing to 1 for every batch element)."""
-        rms = jnp.sqrt(jnp.mean(stack * stack, axis=-1) + jnp.asarray(self.eps, stack.dtype))
-        scores = (stack @ self.q.astype(stack.dtype)) / rms
+    def softmax_weights(self, stack: Float[Array, "S *batch D"], count=None
+                        ) -> Float[Array, " S *batch"]:
+        """The softmax weights over the S entries (summing to 1 for every batch element);
+        with ``count`` (an int or a traced scalar), 0 for the entries from ``count`` on."""
+        acc = _at_least_float32(stack.dtype)
+        stack = stack.astype(acc)
+        q = self.q.astype(acc) if self.g is None else self.g.astype(acc) * self.q.astype(acc)
+        rms = jnp.sqrt(jnp.mean(stack * stack, axis=-1) + jnp.asarray(self.eps, acc))
+        scores = (stack @ q) / rms
+        if count is not None:
+            slot = jnp.arange(stack.shape[0]).reshape((-1,) + (1,) * (scores.ndim - 1))
+            scores = jnp.where(slot < count, scores, jnp.finfo(acc).min)
         return jax.nn.softmax(scores, axis=0)
 
     def on_stack(self, stack):
@@ -325,6 +341,13 @@ class SoftmaxOverDepth(AbstractCombiner):
     @classmethod
     def identity(cls, size, dim, *, dtype, gate, key=None):
         return cls(q=jnp.zeros((dim,), dtype), size=size, dim=dim)
+
+
+def _at_least_float32(dtype) -> jnp.dtype:
+    """``dtype`` widened to float32 if narrower (:func:`dca_theory.lm.norm.at_least_float32`;
+    this module sits below the LM)."""
+    dtype = jnp.dtype(dtype)
+    return dtype if dtype.itemsize >= 4 else jnp.dtype(jnp.float32)
 
 
 #: the combiner class of each scheme, by canonical name (see :mod:`dca_theory.schemes`)

@@ -133,16 +133,17 @@ SCHEMES: tuple[Scheme, ...] = (
            "LAuReL over previous activations", lm=True),
     Scheme("attn_res", "baseline", "AttnRes", "#393b79",
            "softmax attention over depth with a pseudo-query per sublayer", toy=True,
-           theory=True, lm=True, query_vector=True),
+           theory=True, lm=True, query_vector=True,
+           mixer="dca_theory.lm.zoo.attn_res:AttnResMixer"),
     Scheme("mhc", "baseline", "mHC", "#ad494a",
            "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", theory=True,
            lm=True),
     Scheme("muddformer", "baseline", "MUDDFormer", "#637939",
            "dynamic dense connections, separate q, k, v and residual streams", lm=True,
-           retrofit=True),
+           retrofit=True, mixer="dca_theory.lm.zoo.muddformer:MuddFormerMixer"),
     Scheme("value_residual", "baseline", "ResFormer", "#8c6d31",
            "value residuals: later layers mix in the first layer's values", lm=True,
-           retrofit=True),
+           retrofit=True, mixer="dca_theory.lm.zoo.value_residual:ValueResidualMixer"),
 )
 
 _BY_SPELLING: dict[str, Scheme] = {s: scheme for scheme in SCHEMES for s in scheme.spellings}

@@ -182,6 +182,14 @@ class DenseAggregate(eqx.Module):
         return jnp.einsum("lcs,sld->cld", dw_LxCxS.astype(outs_SxLxD.dtype), outs_SxLxD)
 
 
+def dense_aggregates(cfg: ModelConfig, key: PRNGKeyArray) -> tuple[DenseAggregate, ...]:
+    """MUDDFormer's initial aggregates, one after each block (the last: one stream)."""
+    t = cfg.n_layers
+    keys = jax.random.split(extra_key(key), t)
+    return tuple(DenseAggregate.init(cfg, MUDD_STREAMS if i < t - 1 else 1, i + 2, key=keys[i])
+                 for i in range(t))
+
+
 class MuddFormerTrunk(AbstractTrunk):
     """MUDDFormer: pre-LN blocks fed four dynamic dense streams (q, k, v, residual)."""
 
@@ -191,11 +199,7 @@ class MuddFormerTrunk(AbstractTrunk):
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> MuddFormerTrunk:
-        t = cfg.n_layers
-        keys = jax.random.split(extra_key(key), t)
-        dense = tuple(DenseAggregate.init(cfg, MUDD_STREAMS if i < t - 1 else 1, i + 2,
-                                          key=keys[i]) for i in range(t))
-        return cls(cfg=cfg, blocks=_blocks(cfg, key), dense=dense)
+        return cls(cfg=cfg, blocks=_blocks(cfg, key), dense=dense_aggregates(cfg, key))
 
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
@@ -223,6 +227,11 @@ class MuddFormerTrunk(AbstractTrunk):
         return h_LxD, states
 
 
+def initial_lambdas(cfg: ModelConfig) -> Array:
+    """ResFormer's initial ``(λ_own, λ_first) = (0.5, 0.5)`` of blocks 1, …, ``T - 1``."""
+    return jnp.full((cfg.n_layers - 1, 2), 0.5, dtype_of(cfg.param_dtype))
+
+
 class ValueResidualTrunk(AbstractTrunk):
     """ResFormer: blocks after the first attend over ``λ_1 V_n + λ_2 V_1``."""
 
@@ -232,8 +241,7 @@ class ValueResidualTrunk(AbstractTrunk):
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> ValueResidualTrunk:
-        lambdas = jnp.full((cfg.n_layers - 1, 2), 0.5, dtype_of(cfg.param_dtype))
-        return cls(cfg=cfg, blocks=_blocks(cfg, key), lambdas_Tx2=lambdas)
+        return cls(cfg=cfg, blocks=_blocks(cfg, key), lambdas_Tx2=initial_lambdas(cfg))
 
     def as_vanilla(self) -> ValueResidualTrunk:
         """The same trunk with ``λ = (1, 0)``: the vanilla model with these blocks, exactly."""

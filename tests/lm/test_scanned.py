@@ -41,6 +41,14 @@ KINDS = [
     pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 0}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 2, "grn_gate": "paper"}, marks=pytest.mark.slow),
+    {"residual": "attn_res"},  # sources masked by count, the MLP reading a_t too
+    {"residual": "muddformer"},  # four streams carried, aggregates padded to 4 × (T + 1)
+    {"residual": "value_residual"},  # block 0's values carried, mixed before the cache
+    # one block: AttnRes's output over 3 sources, MUDDFormer's only aggregate the 1-stream
+    # last, ResFormer with no λ (block 0's row only)
+    pytest.param({"residual": "attn_res", "n_layers": 1}, marks=pytest.mark.slow),
+    pytest.param({"residual": "muddformer", "n_layers": 1}, marks=pytest.mark.slow),
+    pytest.param({"residual": "value_residual", "n_layers": 1}, marks=pytest.mark.slow),
 ]
 
 
