@@ -191,18 +191,29 @@ def test_core_package_never_imports_experiments_or_figures():
 
 
 def test_only_the_cli_loader_and_the_public_api_import_by_name():
-    """``dca_theory.cli.bundled`` finds experiments and figures by name, and the package's
-    ``__init__`` loads its public names lazily from its own modules (checked below); no other
-    module imports anything by a computed name, so none can reach experiments or figures."""
+    """``dca_theory.cli.bundled`` finds experiments and figures by name, the package's
+    ``__init__`` loads its public names lazily from its own modules, and the LM zoo loads the
+    mixer a scheme's registry row names (both checked below); no other module imports anything
+    by a computed name, so none can reach experiments or figures."""
     bad = []
     for name, path in source_modules(CORE).items():
-        if name in ("dca_theory.cli", CORE):
+        if name in ("dca_theory.cli", CORE, "dca_theory.lm.zoo"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             called = node.func if isinstance(node, ast.Call) else None
             attr = getattr(called, "attr", None) or getattr(called, "id", None)
             if attr in DYNAMIC_IMPORTS:
                 bad.append(f"{name}:{node.lineno} calls {attr}")
+    assert not bad, bad
+
+
+def test_registry_rows_name_mixers_inside_the_zoo():
+    from dca_theory import schemes
+
+    paths = {s.name: s.mixer for s in schemes.SCHEMES if s.mixer}
+    assert paths, "no scheme names a mixer"
+    bad = {n: p for n, p in paths.items()
+           if not p.startswith("dca_theory.lm.zoo.") or p.count(":") != 1}
     assert not bad, bad
 
 
