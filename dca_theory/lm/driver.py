@@ -216,7 +216,11 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
         p = eqx.combine(p, p_static)
         if width < buffer.shape[0]:
             p, buffer = shell.narrow(p, width), buffer[:width]
-        return shell.read(p, State(buffer, carry), t)
+        io = shell.read(p, State(buffer, carry), t)
+        if io.mix_values is not None or io.mlp_input is not None:
+            raise TypeError(f"{type(mixer).__name__} hands its block a hook (mix_values or "
+                            "mlp_input) while keeping a buffer: set block_reads_state = True")
+        return io
 
     def read(p, carry, buffer, t):
         if not mixer.narrows:

@@ -41,6 +41,7 @@ class AttnResMixer(Mixer):
     layers: AttnResLayer
     final: SoftmaxOverDepth
     slots_per_block = 2
+    block_reads_state = True  # the MLP input is a depth attention over the buffer
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key=None) -> AttnResMixer:
