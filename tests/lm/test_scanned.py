@@ -41,6 +41,11 @@ KINDS = [
     pytest.param({"residual": "grn_v3"}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 0}, marks=pytest.mark.slow),
     pytest.param({"residual": "dca", "k": 2, "grn_gate": "paper"}, marks=pytest.mark.slow),
+    {"residual": "denseformer"},
+    {"residual": "hyper_connections"},
+    {"residual": "mhc"},
+    {"residual": "laurel_lr"},
+    {"residual": "laurel_pa"},
 ]
 
 
