@@ -35,13 +35,28 @@ class StreamsMixer(Mixer):
 
     layers: eqx.AbstractVar[Any]
     n: eqx.AbstractVar[int]
+    #: the per-block connection class (``init(cfg, layer)``, ``weights(streams)``)
+    connection: ClassVar[type]
+    #: the per-block trunk's field holding its connections, one per block
+    trunk_field: ClassVar[str]
     #: the einsum of ``res`` with the streams (the papers order ``res``'s indices differently)
     residual_mix: ClassVar[str]
 
+    @classmethod
+    def init(cls, cfg: ModelConfig, *, key=None) -> StreamsMixer:
+        # No draws: the connections' init is deterministic (as in the per-block trunks).
+        conns = [cls.connection.init(cfg, t) for t in range(cfg.n_layers)]
+        return cls(layers=stack_layers(conns), n=cfg.hc_expansion)
+
+    @classmethod
+    def from_trunk(cls, trunk) -> StreamsMixer:
+        return cls(layers=stack_layers(getattr(trunk, cls.trunk_field)),
+                   n=trunk.cfg.hc_expansion)
+
     @staticmethod
     def weights(p, h_LxNxD):
-        """Block ``p``'s ``(in_LxN, out_LxN, res_LxNxN)`` from the streams."""
-        raise NotImplementedError
+        """Block ``p``'s ``(in_LxN, out_LxN, res_LxNxN)`` from the streams (mHC's order)."""
+        return p.weights(h_LxNxD)
 
     def param_count(self) -> int:
         return sum(x.size for x in jax.tree.leaves(eqx.filter(self.layers, eqx.is_array)))
@@ -73,19 +88,12 @@ class HyperConnectionsMixer(StreamsMixer):
 
     layers: HyperConnection  # stacked over blocks
     n: int = eqx.field(static=True)
+    connection: ClassVar[type] = HyperConnection
+    trunk_field: ClassVar[str] = "hcs"
     residual_mix: ClassVar[str] = "lnm,lnd->lmd"  # A_r^T H
 
-    @classmethod
-    def init(cls, cfg: ModelConfig, *, key=None) -> HyperConnectionsMixer:
-        hcs = [HyperConnection.init(cfg, t) for t in range(cfg.n_layers)]  # no draws
-        return cls(layers=stack_layers(hcs), n=cfg.hc_expansion)
-
-    @classmethod
-    def from_trunk(cls, trunk) -> HyperConnectionsMixer:
-        return cls(layers=stack_layers(trunk.hcs), n=trunk.cfg.hc_expansion)
-
     @staticmethod
-    def weights(p: HyperConnection, h_LxNxD):
+    def weights(p: HyperConnection, h_LxNxD):  # HC gives (B, A_m, A_r): out, in, res
         b_LxN, am_LxN, ar_LxNxN = p.weights(h_LxNxD)
         return am_LxN, b_LxN, ar_LxNxN
 
@@ -95,17 +103,6 @@ class MHCMixer(StreamsMixer):
 
     layers: ManifoldHyperConnection  # stacked over blocks
     n: int = eqx.field(static=True)
+    connection: ClassVar[type] = ManifoldHyperConnection
+    trunk_field: ClassVar[str] = "mhcs"
     residual_mix: ClassVar[str] = "lij,ljd->lid"  # H^res H
-
-    @classmethod
-    def init(cls, cfg: ModelConfig, *, key=None) -> MHCMixer:
-        mhcs = [ManifoldHyperConnection.init(cfg, t) for t in range(cfg.n_layers)]  # no draws
-        return cls(layers=stack_layers(mhcs), n=cfg.hc_expansion)
-
-    @classmethod
-    def from_trunk(cls, trunk) -> MHCMixer:
-        return cls(layers=stack_layers(trunk.mhcs), n=trunk.cfg.hc_expansion)
-
-    @staticmethod
-    def weights(p: ManifoldHyperConnection, h_LxNxD):
-        return p.weights(h_LxNxD)
