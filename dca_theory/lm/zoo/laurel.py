@@ -7,7 +7,8 @@ both equal vanilla. The paper, equations and decisions: :mod:`dca_theory.lm.base
 
 **Layout.** ``h`` is the state's ``carry``. The low-rank maps have one shape per block and are
 stacked over blocks. LAuReL-PA keeps the states in a ``(T + 1)``-slot write-once buffer, block
-t writing the state it produces to slot ``t + 1`` (the last, ``x_T``, is read by no block).
+t writing the state it produces to slot ``t + 1`` (the last, ``x_T``, is read by no block;
+its slot keeps every block's write the same, as the write-once scan expects).
 Every ``γ_t`` is stored over all ``T + 1`` slots, stacked over blocks: its own ``t + 1``
 scalars first, zeros after. The zero rows weigh slots that still hold zeros when block t
 combines the buffer, so their gradient is exactly 0 and AdamW leaves them at zero. The
