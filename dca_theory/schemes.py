@@ -105,6 +105,7 @@ class Scheme:
 
 
 _GRN = "dca_theory.lm.zoo.grn:GRNMixer"
+_LAUREL = "dca_theory.lm.zoo.laurel:LaurelMixer"
 
 SCHEMES: tuple[Scheme, ...] = (
     Scheme("base", "plain", "no residual", "#9467bd", "the newest layer output only",
@@ -125,19 +126,22 @@ SCHEMES: tuple[Scheme, ...] = (
            lm=True, takes_k=True, retrofit=True, gated=True,
            mixer="dca_theory.lm.zoo.dca:DCAMixer"),
     Scheme("denseformer", "baseline", "DenseFormer", "#8c564b",
-           "depth-weighted average of earlier outputs", lm=True),
+           "depth-weighted average of earlier outputs", lm=True,
+           mixer="dca_theory.lm.zoo.denseformer:DenseFormerMixer"),
     Scheme("hyper_connections", "baseline", "Hyper-Connections", "#e377c2",
-           "n residual streams mixed per block", lm=True),
-    Scheme("laurel_lr", "baseline", "LAuReL-LR", "#bcbd22", "LAuReL low-rank residual", lm=True),
+           "n residual streams mixed per block", lm=True,
+           mixer="dca_theory.lm.zoo.streams:HyperConnectionsMixer"),
+    Scheme("laurel_lr", "baseline", "LAuReL-LR", "#bcbd22", "LAuReL low-rank residual", lm=True,
+           mixer=_LAUREL),
     Scheme("laurel_pa", "baseline", "LAuReL-PA", "#17becf",
-           "LAuReL over previous activations", lm=True),
+           "LAuReL over previous activations", lm=True, mixer=_LAUREL),
     Scheme("attn_res", "baseline", "AttnRes", "#393b79",
            "softmax attention over depth with a pseudo-query per sublayer", toy=True,
            theory=True, lm=True, query_vector=True,
            mixer="dca_theory.lm.zoo.attn_res:AttnResMixer"),
     Scheme("mhc", "baseline", "mHC", "#ad494a",
            "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", theory=True,
-           lm=True),
+           lm=True, mixer="dca_theory.lm.zoo.streams:MHCMixer"),
     Scheme("muddformer", "baseline", "MUDDFormer", "#637939",
            "dynamic dense connections, separate q, k, v and residual streams", lm=True,
            retrofit=True, mixer="dca_theory.lm.zoo.muddformer:MuddFormerMixer"),
