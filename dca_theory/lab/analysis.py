@@ -48,6 +48,8 @@ def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
 def named_grns(model: TransformerLM) -> dict[str, tuple[AbstractCombiner, int]]:
     """Every GRN of the model with the number of block outputs its stack holds."""
     trunk, out = model.trunk, {}
+    if hasattr(trunk, "mixer"):  # the scanned trunk: its mixer names them
+        return trunk.mixer.named_combiners()
     if isinstance(trunk, DCATrunk):
         for t, blk in enumerate(trunk.blocks):
             out |= {f"block_{t}.q": (blk.grn_q, t), f"block_{t}.k": (blk.grn_k, t),
@@ -115,7 +117,7 @@ def _grn_stacks(model: TransformerLM, states: dict) -> dict[str, np.ndarray]:
     """The stack ``(S, L, D)`` each GRN of ``named_grns`` reads, from the collected states
     (full stacks only: the output GRN's stack is the last block's plus its output)."""
     names, out = named_grns(model), {}
-    last = len(model.trunk.blocks) - 1
+    last = model.cfg.n_layers - 1
     for name in names:
         if name == "output":
             out[name] = np.concatenate([states[f"stack_{last}"],

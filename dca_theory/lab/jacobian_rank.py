@@ -89,7 +89,11 @@ def token_jacobians(parts: tuple, q_NxLxD: Array, k_NxLxD: Array, v_NxLxD: Array
 
 
 def block_inputs(model, tokens_L) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """``(q, k, v)`` each block's branch reads, from one forward pass over ``tokens_L``."""
+    """``(q, k, v)`` each block's branch reads, from one forward pass over ``tokens_L``
+    (per-block models: ``layer_loop="unroll"``)."""
+    if model.cfg.layer_loop != "unroll":
+        raise ValueError(f"the Jacobian analyses read per-block models, got layer_loop="
+                         f"{model.cfg.layer_loop!r}; valid: 'unroll'")
     states = residual_states(model, jnp.asarray(tokens_L))
     out = []
     for t, blk in enumerate(model.trunk.blocks):

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 from dca_theory.lab import seed_checkpoint
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.layer_stack import BlockStack, to_saved_layout, to_training_layout
 from dca_theory.lm.optim import make_lm_optimizer
+from dca_theory.lm.params import count_params
 from dca_theory.lm.steps import make_eval_step, make_train_step
 from dca_theory.lm.train import default_builder, resolve_configs
 from dca_theory.lm.train_config import LMTrainConfig
@@ -92,21 +92,6 @@ def stack_models(models: Sequence[eqx.Module]):
     return stacked, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
 
 
-def saved_layout(params, static):
-    """``(params, static)`` of seed-stacked models in the saved layout (one module per block;
-    :func:`~dca_theory.lm.layer_stack.to_saved_layout`, seed by seed)."""
-    if not isinstance(getattr(getattr(static, "trunk", None), "blocks", None), BlockStack):
-        return params, static
-
-    def one(p):
-        return eqx.filter(to_saved_layout(eqx.combine(p, static)), eqx.is_inexact_array)
-
-    saved_static = eqx.filter(to_saved_layout(eqx.combine(
-        jax.tree_util.tree_map(lambda x: x[0], params), static)), eqx.is_inexact_array,
-        inverse=True)
-    return jax.vmap(one)(params), saved_static
-
-
 def init_models(model_cfg: ModelConfig, seeds: Sequence[int], *,
                 build: Callable = default_builder) -> list[eqx.Module]:
     """One freshly initialised model per seed, keyed exactly as ``train_and_evaluate`` does."""
@@ -160,7 +145,7 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
         models = init_models(model_cfg, seeds, build=build)
     if len(models) != len(seeds):
         raise ValueError(f"got {len(models)} starting models for {len(seeds)} seeds")
-    params, static = stack_models([to_training_layout(m) for m in models])
+    params, static = stack_models(models)
     optimizer = make_lm_optimizer(train_cfg)
     opt_state = jax.vmap(optimizer.init)(params)
     rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
@@ -221,8 +206,7 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
     evals.append({"step": n_steps, "valid_loss": final["valid"]})
     if log is not None:
         log(step=n_steps, kind="final", **{f"{s}_loss": v.tolist() for s, v in final.items()})
-    params, static = saved_layout(params, static)
-    n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(params)))
+    n_params = count_params(eqx.combine(jax.tree_util.tree_map(lambda x: x[0], params), static))
     return SeedRuns(model_cfg, train_cfg, seeds, n_params, loss, gnorm, times, evals, final,
                     params if keep_params else None, static if keep_params else None,
                     tuple(restarts))

@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.layer_stack import to_training_layout
 from dca_theory.lm.model import build_model
 from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.steps import make_train_step
@@ -37,7 +36,7 @@ def synthetic_batch(batch: int, seq: int, vocab: int) -> dict[str, jax.Array]:
 def train_step_setup(cfg: ModelConfig, tc: LMTrainConfig) -> tuple[Callable, tuple]:
     """``(step_fn, args)`` with ``step_fn(*args) -> (params, opt_state, metrics)`` (not jitted);
     ``args = (params, opt_state, rng, batch, step)`` for ``tc.batch_size`` x ``tc.seq_len``."""
-    model = to_training_layout(build_model(cfg, key=jax.random.PRNGKey(0)))
+    model = build_model(cfg, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_inexact_array)
     optimizer = make_lm_optimizer(tc)
     batch = synthetic_batch(tc.batch_size, tc.seq_len or cfg.max_len, cfg.vocab_size)

@@ -19,8 +19,6 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
 GRN_IMPLS: tuple[str, ...] = ("fused", "reference")
 LAYER_LOOPS: tuple[str, ...] = ("unroll", "scan")
-#: residual kinds whose trunk has a ``lax.scan`` over its blocks (``layer_loop="scan"``)
-SCAN_RESIDUALS: tuple[str, ...] = ("vanilla", "grn_v1", "grn_v2", "grn_v3", "dca")
 
 
 @dataclass(frozen=True)
@@ -70,10 +68,11 @@ class ModelConfig:
     # array per block and applies each Combiner (autodiff keeps every stacked copy). "fused"
     # has custom VJPs, so it supports reverse mode only: use "reference" for jax.jvp/jacfwd.
     grn_impl: str = "fused"
-    # How the trunk loops over its blocks (same function, value and gradient): "unroll" traces
-    # every block, so XLA compiles one copy per layer; "scan" runs the blocks through
-    # ``lax.scan`` (vanilla and DCA only; dca_theory.lm.layer_scan), so compile time hardly
-    # grows with depth. The parameters keep their layout (one module per block) either way.
+    # Which trunk runs the blocks (same function, value and gradient): "unroll", the per-block
+    # trunks (one traced copy of the block per layer, so XLA compiles one copy per layer);
+    # "scan", the one scanned trunk of every kind (dca_theory.lm.scanned: blocks stacked over
+    # layers, one lax.scan body, so compile time hardly grows with depth). The parameter
+    # layout follows (per block or stacked), and so does a checkpoint's.
     layer_loop: str = "unroll"
 
     def __post_init__(self) -> None:
@@ -117,12 +116,9 @@ class ModelConfig:
         if self.layer_loop not in LAYER_LOOPS:
             raise ValueError(f"unknown layer_loop {self.layer_loop!r}; valid: "
                              f"{', '.join(LAYER_LOOPS)}")
-        if self.layer_loop == "scan" and self.residual not in SCAN_RESIDUALS:
-            raise ValueError(f"layer_loop='scan' is implemented for residual in "
-                             f"{', '.join(SCAN_RESIDUALS)}, got residual={self.residual!r}")
-        if self.layer_loop == "scan" and self.grn_window is not None:
-            raise ValueError(f"layer_loop='scan' needs the whole stack, got "
-                             f"grn_window={self.grn_window}; use layer_loop='unroll'")
+        if self.layer_loop == "scan" and not schemes.get(self.residual).mixer:
+            raise ValueError(f"layer_loop='scan' needs a mixer for residual={self.residual!r}; "
+                             f"valid: {', '.join(s.name for s in schemes.SCHEMES if s.mixer)}")
         self._check_grn_window()
 
     def _check_grn_window(self) -> None:

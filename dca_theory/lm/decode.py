@@ -23,8 +23,11 @@ its row with ``lax.dynamic_update_slice`` and attends over the whole buffer with
 positions ``> length`` masked, so every step has the same shapes and one compilation serves a
 whole generation. Shape letters: :mod:`dca_theory.lm.model`; ``T`` is a token's single row.
 
-**Which trunks.** :data:`STEPS` maps each trunk class to its step; a model whose trunk has
-none (a trunk added later) is decoded by the uncached sampler
+**Which trunks.** The scanned trunk of every kind (``layer_loop="scan"``) decodes through
+its own scan body (:meth:`~dca_theory.lm.scanned.ScannedTrunk.decode`). For the per-block
+trunks :data:`STEPS` maps each trunk class to its step; a model whose trunk has none
+(Attention Residuals, MUDDFormer, ResFormer, mHC, or a trunk added later) is decoded by the
+uncached sampler
 (:func:`dca_theory.lm.sample.generate` says so). The steps repeat their trunk's combination
 code for one token; ``tests/lm/test_decode.py`` checks that cached decoding gives the full
 forward pass's logits at every position, for every kind.
@@ -56,23 +59,25 @@ LayerCache = tuple[Array, Array]
 class DecodeCache(eqx.Module):
     """Keys and values of every block for the tokens so far, in fixed-size buffers."""
 
-    keys: tuple[Array, ...]  # per block, max_len × H × K
-    values: tuple[Array, ...]
+    keys: Array  # n_layers × max_len × H × K
+    values: Array
     length: Int[Array, ""]  # tokens cached = position of the next token
 
     @classmethod
     def empty(cls, model: TransformerLM) -> DecodeCache:
-        cfg = model.cfg
-        blocks = model.trunk.blocks
-        shape = (cfg.max_len, cfg.n_heads, cfg.d_model // cfg.n_heads)
-        dtypes = [matmul_dtype(b.attn.compute_dtype, b.attn.w_k_DxD) for b in blocks]
-        return cls(keys=tuple(jnp.zeros(shape, d) for d in dtypes),
-                   values=tuple(jnp.zeros(shape, d) for d in dtypes),
-                   length=jnp.zeros((), jnp.int32))
+        trunk = model.trunk
+        if hasattr(trunk, "empty_cache"):  # the scanned trunk
+            keys, values = trunk.empty_cache()
+        else:
+            cfg, attn = model.cfg, trunk.blocks[0].attn
+            shape = (cfg.n_layers, cfg.max_len, cfg.n_heads, cfg.d_model // cfg.n_heads)
+            dtype = matmul_dtype(attn.compute_dtype, attn.w_k_DxD)
+            keys, values = jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+        return cls(keys=keys, values=values, length=jnp.zeros((), jnp.int32))
 
     def nbytes(self) -> int:
         """Bytes of the key/value buffers (the cache proper; ``length`` is one scalar)."""
-        return sum(int(a.size) * a.dtype.itemsize for a in self.keys + self.values)
+        return sum(int(a.size) * a.dtype.itemsize for a in (self.keys, self.values))
 
 
 def attend_cached(
@@ -209,8 +214,9 @@ STEPS: dict[type[AbstractTrunk], Callable] = {
 
 
 def supports_cache(model: TransformerLM) -> bool:
-    """Whether :func:`decode_step` knows ``model``'s trunk."""
-    return type(model.trunk) in STEPS
+    """Whether :func:`decode_step` knows ``model``'s trunk (the scanned trunk decodes
+    itself, :meth:`~dca_theory.lm.scanned.ScannedTrunk.decode`)."""
+    return hasattr(model.trunk, "decode") or type(model.trunk) in STEPS
 
 
 def max_stack_entries(model: TransformerLM) -> int:
@@ -220,6 +226,10 @@ def max_stack_entries(model: TransformerLM) -> int:
     that left the window are dead), ``hc_expansion`` for Hyper-Connections, ``n_layers`` for
     LAuReL-PA."""
     cfg, trunk = model.cfg, model.trunk
+    if hasattr(trunk, "mixer"):  # the scanned trunk: the D-vectors its state holds
+        state = jax.eval_shape(lambda x: trunk.mixer.start(x, cfg.n_layers),
+                               jax.ShapeDtypeStruct((1, cfg.d_model), jnp.float32))
+        return sum(leaf.size for leaf in jax.tree.leaves(state)) // cfg.d_model
     if isinstance(trunk, ResidualTrunk) and trunk.grns is None:
         return 1
     if isinstance(trunk, ResidualTrunk) and cfg.grn_window is not None:
@@ -239,7 +249,7 @@ def decode_step(
     The caller keeps ``cache.length < max_len`` (the buffers are full after ``max_len``
     tokens; :func:`dca_theory.lm.sample.generate` re-fills a sliding window instead)."""
     step = STEPS.get(type(model.trunk))
-    if step is None:
+    if step is None and not hasattr(model.trunk, "decode"):
         raise ValueError(f"no cached decoding for trunk {type(model.trunk).__name__}; valid: "
                          f"{', '.join(c.__name__ for c in STEPS)}")
     pos = cache.length
@@ -247,9 +257,12 @@ def decode_step(
     x_TxD = jnp.take(model.embed_VxD, token, axis=0)[None]
     positions_LxD = sinusoidal_positions(cfg.max_len, cfg.d_model, x_TxD.dtype)
     x_TxD = x_TxD + jax.lax.dynamic_slice_in_dim(positions_LxD, pos, 1)
-    h_TxD, layers = step(model.trunk, x_TxD, tuple(zip(cache.keys, cache.values)), pos)
-    cache = DecodeCache(keys=tuple(k for k, _ in layers), values=tuple(v for _, v in layers),
-                        length=pos + 1)
+    if step is None:
+        h_TxD, (keys, values) = model.trunk.decode(x_TxD, (cache.keys, cache.values), pos)
+    else:
+        h_TxD, layers = step(model.trunk, x_TxD, tuple(zip(cache.keys, cache.values)), pos)
+        keys, values = (jnp.stack([layer[i] for layer in layers]) for i in (0, 1))
+    cache = DecodeCache(keys=keys, values=values, length=pos + 1)
     return model.head(h_TxD)[0], cache
 
 

@@ -161,6 +161,17 @@ class Mixer(eqx.Module):
         far and (stack kinds) the buffer it read. Default: a stream ``h ← h + a + m``."""
         return {"in": io.q, "out": out.a + out.m, "stream": after.carry}
 
+    def for_vanilla(self, blocks: PreLNBlock) -> Mixer:
+        """This mixer (at its init) set so that the trunk with ``blocks`` computes exactly the
+        vanilla model with those blocks (retrofit, :mod:`dca_theory.lm.retrofit`). Default:
+        itself, for a mixer whose init is the plain residual sum already."""
+        return self
+
+    def named_combiners(self) -> dict[str, tuple[Any, int]]:
+        """Every stack combiner at its own size (analysis: :mod:`dca_theory.lab.analysis`),
+        with the number of block outputs its stack holds; none by default."""
+        return {}
+
     def narrow(self, p: Any, width: int) -> Any:
         """Block parameters ``p`` for reading a buffer of its first ``width`` slots (only
         called if :attr:`narrows`; every slot beyond ``width`` is one block t has not written

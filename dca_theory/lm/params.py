@@ -37,8 +37,18 @@ from dca_theory.residual import stack_size
 
 
 def count_params(model) -> int:
-    """Number of scalars in the model's floating-point arrays (its trainable parameters)."""
-    return sum(x.size for x in jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))
+    """The model's trainable parameters: the scalars of its floating-point arrays, less the
+    zero padding a scanned trunk's mixer stores (a GRN over the widest stack for every block;
+    :mod:`dca_theory.lm.layer_stack`), which its ``param_count`` leaves out."""
+    total = _scalars(model)
+    mixer = getattr(getattr(model, "trunk", None), "mixer", None)
+    if mixer is not None:
+        total += mixer.param_count() - _scalars(mixer)
+    return total
+
+
+def _scalars(tree) -> int:
+    return sum(x.size for x in jax.tree_util.tree_leaves(eqx.filter(tree, eqx.is_inexact_array)))
 
 
 def traced_param_count(cfg: ModelConfig) -> int:

@@ -30,6 +30,7 @@ import jax
 from dca_theory import gates, schemes
 from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.driver import layer_of, stack_layers
 from dca_theory.lm.model import TransformerLM, build_model
 from dca_theory.lm.trunk import DCATrunk
 
@@ -93,23 +94,41 @@ def retrofit(source: TransformerLM, target: ModelConfig) -> TransformerLM:
     """The ``target``-kind model computing the same function as the vanilla ``source``."""
     _check(source, target)
     fresh = build_model(target, key=jax.random.PRNGKey(0))  # shapes, statics, identity GRNs
-    src_blocks = source.trunk.blocks
-    if target.residual == "dca":
-        trunk = DCATrunk.from_pre_ln(
-            target, tuple(transplant(b, f) for b, f in zip(src_blocks, _pre_ln_of(fresh)))
-        )
+    if target.layer_loop == "scan":
+        trunk = _scanned_trunk(source, fresh)
     else:
-        trunk = eqx.tree_at(
-            lambda t: t.blocks, fresh.trunk,
-            tuple(transplant(b, f) for b, f in zip(src_blocks, fresh.trunk.blocks)),
-        )
-    if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
-        trunk = trunk.as_vanilla()
+        trunk = _per_block_trunk(source, fresh, target)
     out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
     for get in (lambda m: m.embed_VxD, lambda m: m.final_norm, lambda m: m.w_out_DxV,
                 lambda m: m.b_out_V):
         out = eqx.tree_at(get, out, transplant(get(source), get(out)))
     return out
+
+
+def _scanned_trunk(source: TransformerLM, fresh: TransformerLM):
+    """A scanned trunk (blocks stacked over layers) with the source's blocks and the mixer's
+    own vanilla map (:meth:`~dca_theory.lm.driver.Mixer.for_vanilla`)."""
+    src = source.trunk.blocks
+    if source.cfg.layer_loop != "scan":
+        src = stack_layers(src)
+    blocks = transplant(src, fresh.trunk.blocks)
+    return eqx.tree_at(lambda t: (t.blocks, t.mixer), fresh.trunk,
+                       (blocks, fresh.trunk.mixer.for_vanilla(blocks)))
+
+
+def _per_block_trunk(source: TransformerLM, fresh: TransformerLM, target: ModelConfig):
+    """A per-block trunk (one module per block) with the source's blocks."""
+    src = source.trunk.blocks
+    if source.cfg.layer_loop == "scan":
+        src = [layer_of(src, t) for t in range(source.cfg.n_layers)]
+    if target.residual == "dca":
+        return DCATrunk.from_pre_ln(
+            target, tuple(transplant(b, f) for b, f in zip(src, _pre_ln_of(fresh))))
+    trunk = eqx.tree_at(lambda t: t.blocks, fresh.trunk,
+                        tuple(transplant(b, f) for b, f in zip(src, fresh.trunk.blocks)))
+    if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
+        trunk = trunk.as_vanilla()
+    return trunk
 
 
 def _pre_ln_of(model: TransformerLM):

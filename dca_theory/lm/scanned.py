@@ -22,7 +22,6 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from dca_theory.lm.blocks import PreLNBlock, matmul_dtype
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import Mixer, decode_trunk, run_trunk, stack_layers
-from dca_theory.lm.layer_stack import block_list
 from dca_theory.lm.trunk import AbstractTrunk, States, block_keys
 from dca_theory.lm.zoo import mixer_class
 
@@ -46,7 +45,7 @@ class ScannedTrunk(AbstractTrunk):
         from dca_theory.lm.zoo.dca import pre_ln_blocks
 
         kind = trunk.cfg.residual
-        blocks = pre_ln_blocks(trunk) if kind == "dca" else list(block_list(trunk.blocks))
+        blocks = pre_ln_blocks(trunk) if kind == "dca" else list(trunk.blocks)
         return cls(cfg=trunk.cfg, blocks=stack_layers(blocks),
                    mixer=mixer_class(kind).from_trunk(trunk))
 

@@ -41,8 +41,8 @@ from dca_theory.lm import distributed, run_files, workdir_lock
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.layer_stack import to_saved_layout, to_training_layout
 from dca_theory.lm.optim import make_lm_optimizer
+from dca_theory.lm.params import count_params
 from dca_theory.lm.steps import make_eval_step, make_train_step
 from dca_theory.lm.train_config import LMTrainConfig
 
@@ -157,7 +157,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
     shd.check_batch_divisible(train_cfg.batch_size, train_cfg.grad_accum, mesh)
     init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
     # (when resuming, the checkpoint restored below overrides this initial model)
-    model = to_training_layout(_initial_model(model_cfg, init_from, build, init_key))
+    model = _initial_model(model_cfg, init_from, build, init_key)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     optimizer = make_lm_optimizer(train_cfg)
     opt_state = optimizer.init(params)
@@ -272,8 +272,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
         "steps": train_cfg.steps, "resumed_from": start, "seq_len": seq_len,
         "init_from": str(init_from) if init_from is not None else None,
         "devices": mesh.size, "processes": jax.process_count(),
-        "n_params": int(sum(x.size for x in jax.tree_util.tree_leaves(
-            eqx.filter(to_saved_layout(eqx.combine(params, static)), eqx.is_inexact_array)))),
+        "n_params": count_params(eqx.combine(params, static)),
         "final_train_loss": loop.last_loss,
         **{f"{s}_{k}": v for s, r in final.items() for k, v in r.items()},
         "valid_ppl_history": loop.valid_history, "tokens_per_s": loop.tokens_per_s,
@@ -363,9 +362,7 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
     model_cfg, train_cfg = load_configs(workdir)
     tokenizer = lm_data.Tokenizer.load(workdir / "tokenizer.json")
     init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
-    # checkpoints hold the training layout (the optimiser state is in it)
-    params, static = eqx.partition(to_training_layout(build(model_cfg, key=init_key)),
-                                   eqx.is_inexact_array)
+    params, static = eqx.partition(build(model_cfg, key=init_key), eqx.is_inexact_array)
     opt_state = make_lm_optimizer(train_cfg).init(params)
     ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
     try:
@@ -376,7 +373,7 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
                                                       notify=notify)
     finally:
         ckpt.close()
-    return to_saved_layout(eqx.combine(params, static)), tokenizer, model_cfg, train_cfg, step
+    return eqx.combine(params, static), tokenizer, model_cfg, train_cfg, step
 
 
 def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int | None = None):

@@ -27,12 +27,9 @@ Residual kinds (``cfg.residual``), all built on :mod:`dca_theory.residual` (pape
 * baselines (``denseformer``, ``hyper_connections``, ``laurel_lr``, ``laurel_pa``) live in
   :mod:`dca_theory.lm.baselines`.
 
-``cfg.layer_loop`` chooses how the blocks run: one traced copy each (``"unroll"``) or one
-``lax.scan`` (``"scan"``: vanilla, the GRN kinds without a window and DCA;
-:mod:`dca_theory.lm.layer_scan`), same function.
-In training, a scanned trunk stores its blocks as one stacked module
-(:mod:`dca_theory.lm.layer_stack`); every other reader sees one module per block.
-The per-layer states (``collect``) always come from the unrolled loop.
+``cfg.layer_loop`` chooses the trunk: these per-block trunks, one traced copy of the block
+per layer (``"unroll"``), or the one scanned trunk of every kind
+(``"scan"``: :mod:`dca_theory.lm.scanned`, blocks stacked over layers), same function.
 
 Block weights are drawn from the same per-layer keys for every kind, so models of different
 kinds built from one key share their attention/MLP/LayerNorm weights (tests rely on this).
@@ -56,11 +53,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
-from dca_theory.lm import layer_scan
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast_path import combine_stack, middle_add
-from dca_theory.lm.layer_stack import BlockStack, block_list, grn_list
 from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
 
 States = dict[str, Array]
@@ -105,10 +100,8 @@ class ResidualTrunk(AbstractTrunk):
     """Pre-LN blocks with the vanilla sum or one GRN per block (Table 7 ablation)."""
 
     cfg: ModelConfig = eqx.field(static=True)
-    blocks: tuple[PreLNBlock, ...] | BlockStack  # BlockStack: the training layout of scan
-    # one per block, then the final one (GRN kinds); in the training layout of scan, a
-    # BlockStack of the per-block ones, then the final one
-    grns: tuple[AbstractCombiner | BlockStack, ...] | None
+    blocks: tuple[PreLNBlock, ...]
+    grns: tuple[AbstractCombiner, ...] | None  # one per block, then the final one (GRN kinds)
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> ResidualTrunk:
@@ -139,12 +132,8 @@ class ResidualTrunk(AbstractTrunk):
         return y, stack
 
     def run(self, x_LxD, *, causal, key, collect):
-        if self.cfg.layer_loop == "scan" and not collect:
-            if self.grns is None:
-                return layer_scan.vanilla_scan(self.blocks, x_LxD, causal=causal, key=key), {}
-            return layer_scan.grn_scan(self, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
-        blocks = block_list(self.blocks)
+        blocks = self.blocks
         keys = split_or_none(key, len(blocks))
         if self.grns is None:  # vanilla: the recursive form of the plain sum
             h_LxD = x_LxD
@@ -157,7 +146,7 @@ class ResidualTrunk(AbstractTrunk):
                     states[f"stream_{t}"] = h_LxD
         else:
             stack = ResidualStack.start(x_LxD)
-            grns = grn_list(self.grns)
+            grns = self.grns
             for t, (blk, grn, k) in enumerate(zip(blocks, grns, keys)):
                 if collect:
                     states[f"stack_{t}"] = jnp.stack(self._window(stack))
@@ -177,7 +166,7 @@ class DCATrunk(AbstractTrunk):
     """DCA (full stack, ``k=None``) or k-DCA: DCA blocks and a final GRN-v3 (paper §3.2)."""
 
     cfg: ModelConfig = eqx.field(static=True)
-    blocks: tuple[DCABlock, ...] | BlockStack  # BlockStack: the training layout of scan
+    blocks: tuple[DCABlock, ...]
     final: AbstractCombiner
 
     @classmethod
@@ -201,13 +190,11 @@ class DCATrunk(AbstractTrunk):
         return cls(cfg=cfg, blocks=dca, final=final)
 
     def run(self, x_LxD, *, causal, key, collect):
-        if self.cfg.layer_loop == "scan" and not collect:
-            return layer_scan.dca_scan(self, x_LxD, causal=causal, key=key), {}
         states: States = {"embed": x_LxD} if collect else {}
         impl = self.cfg.grn_impl
         add = middle_add(impl, token=self.final.b)  # folds k-DCA's middle sum (see fast_path)
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
-        blocks = block_list(self.blocks)
+        blocks = self.blocks
         for t, (blk, k) in enumerate(zip(blocks, split_or_none(key, len(blocks)))):
             o_LxD, q_LxD, entries = blk.apply(stack.entries(), causal=causal, key=k,
                                               grn_impl=impl)

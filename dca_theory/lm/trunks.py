@@ -16,11 +16,15 @@ from dca_theory.lm.baselines import BASELINE_TRUNKS
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.mhc import ManifoldHyperConnectionsTrunk
 from dca_theory.lm.rivals import RIVAL_TRUNKS
+from dca_theory.lm.scanned import ScannedTrunk
 from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, ResidualTrunk
 
 
 def Trunk(cfg: ModelConfig, *, key: PRNGKeyArray) -> AbstractTrunk:  # noqa: N802 (a constructor)
-    """Build the trunk for ``cfg.residual`` (see :mod:`dca_theory.lm.trunk`)."""
+    """Build the trunk for ``cfg.residual`` (see :mod:`dca_theory.lm.trunk`); with
+    ``cfg.layer_loop == "scan"`` the scanned trunk (:mod:`dca_theory.lm.scanned`)."""
+    if cfg.layer_loop == "scan":
+        return ScannedTrunk.init(cfg, key=key)
     if schemes.get(cfg.residual).family in ("plain", "grn"):
         return ResidualTrunk.init(cfg, key=key)
     if cfg.residual == "dca":

@@ -39,6 +39,24 @@ def test_retrofit_preserves_logits(residual, k, dtype, getkey):
     assert_close_logits(logits(dst, toks), logits(src, toks), dtype)
 
 
+@pytest.mark.parametrize("residual, source_loop", [
+    ("dca", "unroll"), ("value_residual", "scan"), ("muddformer", "unroll"),
+    pytest.param("grn_v2", "scan", marks=pytest.mark.slow),
+])
+def test_retrofit_into_the_scanned_trunk_preserves_logits(residual, source_loop, getkey):
+    """Into ``layer_loop="scan"`` targets, from either layout: the blocks are transplanted
+    stacked and the mixer sets its own vanilla map (DCA's LN_k = LN_v = LN_1, ResFormer's
+    λ = (1, 0))."""
+    cfg = TINY.replace(param_dtype="float64", compute_dtype="float64")
+    src = trained_vanilla(cfg.replace(layer_loop=source_loop), getkey())
+    dst = retrofit(src, cfg.replace(residual=residual, layer_loop="scan"))
+    assert dst.cfg.layer_loop == "scan" and count_params(dst) == param_count(dst.cfg)
+    toks = jax.random.randint(getkey(), (L,), 0, TINY.vocab_size)
+    assert_close_logits(logits(dst, toks), logits(src, toks), "float64")
+    back = retrofit(src, cfg.replace(residual=residual))  # and a per-block target
+    assert_close_logits(logits(back, toks), logits(src, toks), "float64")
+
+
 def test_retrofit_uses_target_settings_and_can_train(getkey):
     src = trained_vanilla(TINY, getkey())
     dst = retrofit(src, TINY.replace(residual="dca", k=1, dropout=0.2))

@@ -30,8 +30,16 @@ from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm
 from dca_theory.lm.buffer_grn import buffer_grns
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
-from dca_theory.lm.layer_stack import block_list, padded_block, placed_block, scan_slots
+from dca_theory.lm.driver import (
+    BlockIO,
+    Mixer,
+    State,
+    layer_of,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
+from dca_theory.lm.layer_stack import padded_block, picked_block, placed_block, scan_slots
 from dca_theory.residual import GRNv3, stack_size
 
 
@@ -70,7 +78,7 @@ class DCAMixer(Mixer):
     def from_trunk(cls, trunk) -> DCAMixer:
         """From a DCA trunk of one module per block (its blocks' pre-LN parts are
         :func:`pre_ln_blocks`)."""
-        cfg, blocks = trunk.cfg, block_list(trunk.blocks)
+        cfg, blocks = trunk.cfg, trunk.blocks
         width = stack_size(cfg.n_layers, cfg.k)
         layers = []
         for t, b in enumerate(blocks):
@@ -92,6 +100,19 @@ class DCAMixer(Mixer):
         if self.full:
             return State(new_buffer(x_LxD, n_layers + 1), ())
         return State(None, new_buffer(x_LxD, self.k + 2))
+
+    def for_vanilla(self, blocks):
+        # LN_q = LN_1 and LN_h = LN_2 are the blocks' own; LN_k and LN_v copy LN_1
+        return eqx.tree_at(lambda m: (m.layers.ln_k, m.layers.ln_v), self,
+                           (blocks.ln1, blocks.ln1))
+
+    def named_combiners(self):
+        out = {}
+        for t in range(self.n_layers):
+            p, slots = layer_of(self.layers, t), self.stack_slots(t)
+            out |= {f"block_{t}.{n}": (picked_block(g, slots), t)
+                    for n, g in (("q", p.grn_q), ("k", p.grn_k), ("v", p.grn_v))}
+        return out | {"output": (self.final, self.n_layers)}
 
     def narrow(self, p, width):
         return eqx.tree_at(lambda q: (q.grn_q, q.grn_k, q.grn_v), p,
@@ -136,5 +157,5 @@ def pre_ln_blocks(trunk) -> list:
     from dca_theory.lm.blocks import PreLNBlock
 
     return [PreLNBlock(ln1=b.ln_q, attn=b.attn, ln2=b.ln_h, mlp=b.mlp, rate=b.rate)
-            for b in block_list(trunk.blocks)]
+            for b in trunk.blocks]
 

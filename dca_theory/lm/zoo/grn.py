@@ -25,8 +25,16 @@ from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import dtype_of
 from dca_theory.lm.buffer_grn import buffer_grns
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
-from dca_theory.lm.layer_stack import grn_list, padded_block, placed_block
+from dca_theory.lm.driver import (
+    BlockIO,
+    Mixer,
+    State,
+    layer_of,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
+from dca_theory.lm.layer_stack import padded_block, picked_block, placed_block
 from dca_theory.residual import AbstractGRN, make_combiner
 
 
@@ -58,12 +66,18 @@ class GRNMixer(Mixer):
 
     @classmethod
     def from_trunk(cls, trunk) -> GRNMixer:
-        return cls.from_grns(trunk.cfg, grn_list(trunk.grns))
+        return cls.from_grns(trunk.cfg, trunk.grns)
 
     def param_count(self) -> int:
         return schemes.network_combiner_params(self.final.kind, len(self.slots) - 1,
                                                self.final.dim,
                                                stack_sizes=[len(s) for s in self.slots])
+
+    def named_combiners(self):
+        n = len(self.slots) - 1
+        out = {f"block_{t}": (picked_block(layer_of(self.layers, t), self.slots[t]), t)
+               for t in range(n)}
+        return out | {"output": (picked_block(self.final, self.slots[-1]), n)}
 
     def narrow(self, p, width):
         return padded_block(p, width)

@@ -46,6 +46,11 @@ class ValueResidualMixer(Mixer):
         return cls(layers=jnp.concatenate([jnp.zeros((1, 2), lam.dtype), lam]),
                    n_heads=cfg.n_heads)
 
+    def for_vanilla(self, blocks):
+        """λ = (1, 0) for every block after the first: vanilla exactly."""
+        lam = jnp.zeros_like(self.layers).at[1:, 0].set(1)
+        return eqx.tree_at(lambda m: m.layers, self, lam)
+
     def param_count(self) -> int:
         return 2 * (self.layers.shape[0] - 1)
 
