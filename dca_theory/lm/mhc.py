@@ -69,14 +69,18 @@ def sinkhorn(logits: Float[Array, "*batch N N"], *, iters: int = SINKHORN_ITERS,
              eps: float = SINKHORN_EPS) -> Float[Array, "*batch N N"]:
     """Sinkhorn–Knopp: ``exp(logits)`` alternately column- and row-normalised ``iters`` times
     (rows last, so row sums are 1 up to ``eps``; column sums up to the iteration's residual),
-    in float32 at least, returned in ``logits``' dtype."""
+    in float32 at least, returned in ``logits``' dtype. A ``fori_loop``: twenty traced
+    iterations per block made the float64 gradient's compilation about 3× slower (measured:
+    15.5 s against 4.2 s for a 3-layer tiny model)."""
     acc = at_least_float32(logits.dtype)
     z = logits.astype(acc)
     m = jnp.exp(z - jnp.max(z, axis=(-2, -1), keepdims=True))  # the largest entry is 1
-    for _ in range(iters):
+
+    def normalise(_, m):
         m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)  # columns
-        m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)  # rows
-    return m.astype(logits.dtype)
+        return m / (jnp.sum(m, axis=-1, keepdims=True) + eps)  # rows
+
+    return jax.lax.fori_loop(0, iters, normalise, m).astype(logits.dtype)
 
 
 class ManifoldHyperConnection(eqx.Module):

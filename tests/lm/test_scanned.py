@@ -28,7 +28,10 @@ from dca_theory.lm.scanned import ScannedTrunk, param_count
 from dca_theory.lm.trunks import Trunk
 
 RTOL = 1e-10
-CFG = F64.replace(n_layers=4, max_len=8, dropout=0.1, attn_dropout=0.1, grn_impl="reference")
+# Small (every case compiles a per-block and a scanned trunk with gradients): 3 layers still
+# give k-DCA (k = 1) a middle slot, 6 positions a 3-token decode chunk.
+CFG = F64.replace(n_layers=3, d_model=16, n_heads=2, d_mlp=32, max_len=6, dropout=0.1,
+                  attn_dropout=0.1, grn_impl="reference")
 
 KINDS = [
     {"residual": "vanilla"},
