@@ -44,6 +44,7 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    RIVAL_VARIANTS,
     apply_preset,
     check_positive,
     emit,
@@ -57,8 +58,8 @@ from dca_theory.lab.steptime import train_step_setup  # noqa: E402
 from dca_theory.lm.config import LAYER_LOOPS  # noqa: E402
 
 COMPILE_VARIANTS = ("vanilla", "dca", "2-dca")
-#: --variants may also name the GRN kinds' representative (one GRN-v3 per block)
-EXTRA_VARIANTS = ("grn_v3",)
+#: --variants may also name the GRN kinds' representative (one GRN-v3 per block) and the rivals
+EXTRA_VARIANTS = ("grn_v3", *RIVAL_VARIANTS)
 TARGETS = {"variant_over_vanilla_depth24": 1.5, "total_s_depth24": 30.0,
            "deepest_over_shallowest": 1.3}
 QUICK = {"depths": [1, 2], "width": 64, "seq": 8, "batch": 1, "vocab": 64, "steps": 2,

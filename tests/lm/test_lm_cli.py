@@ -48,9 +48,6 @@ def test_help_lists_the_sub_commands(capsys):
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--batch-size", "6", "--grad-accum", "4"], "not divisible by grad_accum"),
     (["--layer-loop", "loop"], "unknown layer_loop 'loop'; valid: unroll, scan"),
-    (["--residual", "mhc", "--layer-loop", "scan"],
-     "layer_loop='scan' is implemented for residual in vanilla, grn_v1, grn_v2, grn_v3, dca, "
-     "got residual='mhc'"),
 ])
 def test_bad_train_input_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys,
                                                                data_dir):
