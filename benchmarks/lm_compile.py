@@ -1,12 +1,12 @@
 """Compile time of the LM train step by depth: the unrolled trunk vs ``layer_loop="scan"``.
 
-Claim (the targets it prints): with the blocks in a ``lax.scan``
-(:mod:`dca_theory.lm.layer_scan`) and trained in the stacked layout
-(:mod:`dca_theory.lm.layer_stack`), compile + first step at depth 24, width 256 on the CPU takes
-DCA and 2-DCA at most 1.5× vanilla's time and at most 30 s, and depth 48 at most 1.3× depth 12,
-while the unrolled trunk (``layer_loop="unroll"``, the default) compiles one copy of the block
-per layer. Expected: the compilation alone is flat in depth with the scan (its program has the
-same size at every depth, ``tests/lm/test_layer_stack.py``); compile + first step is not, for
+Claim (the targets it prints): with the blocks in a ``lax.scan`` (the scanned trunk,
+:mod:`dca_theory.lm.scanned`, its parameters stacked over layers), compile + first step at
+depth 24, width 256 on the CPU takes DCA and 2-DCA at most 1.5× vanilla's time and at most 30 s,
+and depth 48 at most 1.3× depth 12, while the unrolled trunk (``layer_loop="unroll"``, the
+default) compiles one copy of the block per layer. Expected: the compilation alone is flat in
+depth with the scan (its program has the same size at every depth,
+``tests/lm/test_layer_loop.py``); compile + first step is not, for
 full DCA, whose first step (a whole training step) grows with depth².
 
 For each depth, variant (vanilla, full DCA, 2-DCA; width, heads = width/64, MLP 4×width,

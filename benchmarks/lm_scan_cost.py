@@ -1,10 +1,10 @@
-"""Why the scanned DCA trunk's step costs more: the executed work of each compiled program.
+"""The executed work of each compiled LM program: unrolled vs scanned trunk, and the scan's knobs.
 
-Claim measured: the warm train step of full DCA with ``layer_loop="scan"`` costs about 2.2×
-vanilla's, against 1.3× unrolled (``paper/06_performance.md``). This script attributes the
-difference without timing anything (the numbers do not depend on the machine's load): for each
-variant it compiles the loss-and-gradient function (``train``: ``dca_theory.lm.steps``' NLL
-gradient, no optimiser update) and the loss alone (``forward``) and records
+Counts, without timing anything (the numbers do not depend on the machine's load), what the
+scanned trunk (``layer_loop="scan"``: :mod:`dca_theory.lm.scanned`, run by
+:mod:`dca_theory.lm.driver`) executes against the per-block trunk. For each variant it compiles
+the loss-and-gradient function (``train``: ``dca_theory.lm.steps``' NLL gradient, no optimiser
+update) and the loss alone (``forward``) and records
 
 * the executed work, loop trip counts included (:mod:`hlo_executed`): matmul FLOPs, other
   element operations, bytes read and written per kernel, bytes of XLA's ``copy`` kernels,
@@ -13,28 +13,33 @@ gradient, no optimiser update) and the loss alone (``forward``) and records
   understates any scan) and ``memory_analysis()`` (temporary, argument, output bytes);
 * the program's size (instructions, while loops, fusions) and the compile time (indicative);
 * with ``--sources``, the kernels doing most work grouped by where they came from (their
-  ``op_name``: the forward scan, the recomputed forward ``jvp(...)``, the backward pass
-  ``transpose(...)``), which attributes the bytes to the GRNs, the buffer and the blocks.
+  ``op_name``).
 
-Variants: the model kinds ``vanilla``, ``dca``, ``2-dca`` unrolled and scanned, and controlled
-changes of the scanned full DCA trunk (:mod:`dca_theory.lm.layer_scan`), one at a time:
-``-g<N>`` splits the blocks into N scanned groups (``DCA_SCAN_GROUPS``; N = depth reads no
-zero padding), ``-fusedgrn`` runs the fused GRN path in the scan body (``SCAN_GRN_IMPL =
-None``), ``-autodiff`` replaces the hand-written backward pass (``write_once_scan``: one
-recomputed forward pass per block) by ``lax.scan``'s own autodiff (which saves every
-iteration's buffer); ``2-dca-scan-fusedgrn`` is the same GRN switch for k-DCA.
+Variants: the model kinds ``vanilla``, ``dca``, ``2-dca`` on the per-block trunk (plain names)
+and scanned (``-scan``), and the scanned full DCA with one knob of the design changed while the
+program is traced (:func:`scan_settings`, restored afterwards):
+
+* ``dca-scan-g<N>``: ``driver.READ_GROUPS = N`` (the blocks' buffer reads cut to what each of
+  N groups can read; 1 reads the whole buffer every block; ``dca-scan`` runs the default);
+* ``dca-scan-writeonce``: ``DCAMixer.block_reads_state = True``, so the driver runs
+  :func:`~dca_theory.lm.buffer_scans.write_once_scan` (the backward pass recomputes each whole
+  step, blocks included) instead of the shadow scan (which recomputes only the mixer steps);
+  that path reads the whole buffer every block (no read groups), so compare it with ``-g1``;
+* ``dca-scan-refgrn`` (and ``2-dca-scan-refgrn``): the mixer's GRNs through the combiner
+  classes' own ``__call__`` (autodiff of the broadcast formula) instead of the buffer GRN
+  kernel :func:`~dca_theory.lm.buffer_grn.buffer_grns`.
 
 Usage::
 
-    python benchmarks/lm_scan_cost.py --depths 12 --json benchmarks/results/lm_scan_cost_d12.json
-    python benchmarks/lm_scan_cost.py --depths 24 --variants vanilla vanilla-scan dca-scan
-    python benchmarks/lm_scan_cost.py --depths 24 --variants dca dca-scan --modes train --sources
+    python benchmarks/lm_scan_cost.py --depths 24 \\
+        --json benchmarks/results/lm_scan_cost_w256_d24_driver.json
+    python benchmarks/lm_scan_cost.py --depths 12 --variants vanilla dca-scan dca-scan-g1
+    python benchmarks/lm_scan_cost.py --depths 24 --variants dca-scan --modes train --sources
     python benchmarks/lm_scan_cost.py --smoke        # tiny sizes, seconds (the test's run)
 
 Width 256, heads 4, MLP 1024, sequence 128, batch 4, vocabulary 8192, float32, dropout 0 by
-default. Runtime on the 2-core CPU at load 9-14: 10 minutes for every default variant at depth
-12, 14 minutes for the depth-24 set of ``paper/06_performance.md`` §6.11 (the unrolled DCA's
-compilations dominate); ``--smoke`` about 20 s of CPU.
+default. Runtime on the 2-core CPU at load 7: 9 minutes for the default variants at depth 24, of
+which the unrolled DCA's compilation takes 4; ``--smoke`` about 20 s of CPU.
 """
 
 from __future__ import annotations
@@ -60,24 +65,36 @@ from lm_bench_common import (  # noqa: E402
 )
 
 from dca_theory.lab.steptime import synthetic_batch  # noqa: E402
-from dca_theory.lm import layer_scan  # noqa: E402
-from dca_theory.lm.layer_stack import to_training_layout  # noqa: E402
+from dca_theory.lm import driver  # noqa: E402
 from dca_theory.lm.model import build_model  # noqa: E402
 from dca_theory.lm.steps import make_grad_fn, weighted_nll  # noqa: E402
+from dca_theory.lm.zoo import dca as zoo_dca  # noqa: E402
 
-#: variant -> (benchmark model variant, layer_loop, changes to layer_scan for the scan)
+
+def reference_grns(grns, buffer):
+    """:func:`~dca_theory.lm.buffer_grn.buffer_grns` through each combiner's own ``__call__``."""
+    return tuple(g(buffer) for g in grns)
+
+
+#: the knobs a variant may change while its program is traced: name -> (owner, attribute)
+SETTINGS = {"READ_GROUPS": (driver, "READ_GROUPS"),
+            "block_reads_state": (zoo_dca.DCAMixer, "block_reads_state"),
+            "buffer_grns": (zoo_dca, "buffer_grns")}
+#: variant -> (benchmark model variant, layer_loop, SETTINGS changed while tracing)
 BASE = {"vanilla": ("vanilla", "unroll", {}), "vanilla-scan": ("vanilla", "scan", {}),
         "dca": ("dca", "unroll", {}), "dca-scan": ("dca", "scan", {}),
         "2-dca": ("2-dca", "unroll", {}), "2-dca-scan": ("2-dca", "scan", {}),
-        "dca-scan-fusedgrn": ("dca", "scan", {"SCAN_GRN_IMPL": None}),
-        "dca-scan-autodiff": ("dca", "scan", {"write_once_scan": "autodiff"}),
-        "2-dca-scan-fusedgrn": ("2-dca", "scan", {"SCAN_GRN_IMPL": None})}
-DEFAULT_VARIANTS = [*BASE, "dca-scan-g1", "dca-scan-g4", "dca-scan-gdepth"]
+        "dca-scan-writeonce": ("dca", "scan", {"block_reads_state": True}),
+        "dca-scan-refgrn": ("dca", "scan", {"buffer_grns": reference_grns}),
+        "2-dca-scan-refgrn": ("2-dca", "scan", {"buffer_grns": reference_grns})}
+DEFAULT_VARIANTS = ["vanilla", "vanilla-scan", "dca", "dca-scan", "2-dca", "2-dca-scan",
+                    "dca-scan-g1", "dca-scan-g8", "dca-scan-writeonce", "dca-scan-refgrn",
+                    "2-dca-scan-refgrn"]
 MODES = ("train", "forward")
 #: kernel groups kept per figure with ``--sources`` (enough to account for nearly all bytes)
 SOURCES_TOP = 80
-SMOKE = {"depths": [3], "width": 64, "seq": 8, "batch": 1, "vocab": 64,
-         "variants": ["vanilla", "dca-scan-g1"]}
+SMOKE = {"depths": [2], "width": 64, "seq": 8, "batch": 1, "vocab": 64,
+         "variants": ["dca-scan", "dca-scan-g1", "dca-scan-writeonce"]}
 #: figures of each record that the table prints, with their column titles
 COLUMNS = (("dot_flops", "matmul GF", 1e9), ("elementwise", "elem G", 1e9),
            ("bytes", "bytes GB", 1e9), ("copy_bytes", "copy MB", 1e6),
@@ -85,34 +102,38 @@ COLUMNS = (("dot_flops", "matmul GF", 1e9), ("elementwise", "elem G", 1e9),
            ("compile_s", "compile s", 1.0))
 
 
-def variant_spec(name: str, depth: int) -> tuple[str, str, dict]:
-    """``(model variant, layer_loop, layer_scan changes)`` of a variant name (``-g<N>`` or
-    ``-gdepth`` after ``dca-scan``: N groups); one-line ``SystemExit`` for an unknown one."""
+def variant_spec(name: str) -> tuple[str, str, dict]:
+    """``(model variant, layer_loop, SETTINGS changes)`` of a variant name (``dca-scan-g<N>``:
+    N read groups); one-line ``SystemExit`` for an unknown one."""
     if name in BASE:
         return BASE[name]
     prefix, _, groups = name.rpartition("-g")
-    if prefix == "dca-scan" and (groups == "depth" or groups.isdigit() and int(groups) >= 1):
-        return "dca", "scan", {"DCA_SCAN_GROUPS": depth if groups == "depth" else int(groups)}
-    raise SystemExit(f"error: unknown variant {name!r}; valid: {', '.join(BASE)}, "
-                     f"dca-scan-g<N> (N >= 1) or dca-scan-gdepth")
+    if prefix == "dca-scan" and groups.isdigit() and int(groups) >= 1:
+        return "dca", "scan", {"READ_GROUPS": int(groups)}
+    raise SystemExit(f"error: unknown variant {name!r}; valid: {', '.join(BASE)} or "
+                     f"dca-scan-g<N> (N >= 1)")
 
 
-def autodiff_write_once_scan(step, buffer, group, extras):
-    """``write_once_scan`` without its hand-written backward pass: ``lax.scan``'s autodiff."""
-    return layer_scan.scan_blocks(step, buffer, group, extras)
+_ABSENT = object()
 
 
 @contextlib.contextmanager
 def scan_settings(changes: dict):
-    """Set :mod:`dca_theory.lm.layer_scan`'s module settings while a program is traced."""
-    saved = {k: getattr(layer_scan, k) for k in changes}
+    """Set the :data:`SETTINGS` named in ``changes`` while a program is traced, and restore
+    them afterwards (an attribute a class only inherited is removed again)."""
+    saved = []
     try:
-        for k, v in changes.items():
-            setattr(layer_scan, k, autodiff_write_once_scan if v == "autodiff" else v)
+        for name, value in changes.items():
+            owner, attr = SETTINGS[name]
+            saved.append((owner, attr, vars(owner).get(attr, _ABSENT)))
+            setattr(owner, attr, value)
         yield
     finally:
-        for k, v in saved.items():
-            setattr(layer_scan, k, v)
+        for owner, attr, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -137,17 +158,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.width % 64:
         raise SystemExit(f"error: --width must be a multiple of 64 (head width), got {args.width}")
     for v in args.variants:
-        variant_spec(v, max(args.depths))
+        variant_spec(v)
     return args
 
 
 def program(variant: str, depth: int, mode: str, args):
-    """``(function, arguments)`` of one variant's loss-and-gradient or loss, in the layout its
-    trunk trains in."""
-    model_variant, loop, _ = variant_spec(variant, depth)
+    """``(function, arguments)`` of one variant's loss-and-gradient or loss."""
+    model_variant, loop, _ = variant_spec(variant)
     cfg = model_config(model_variant, width=args.width, depth=depth, seq=args.seq,
                        vocab=args.vocab).replace(layer_loop=loop)
-    model = to_training_layout(build_model(cfg, key=jax.random.PRNGKey(0)))
+    model = build_model(cfg, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_inexact_array)
     batch = synthetic_batch(args.batch, args.seq, args.vocab)
     dtype = jax.numpy.float32
@@ -160,7 +180,7 @@ def program(variant: str, depth: int, mode: str, args):
 def measure(variant: str, depth: int, mode: str, args) -> dict:
     """The executed work, XLA's cost and memory analyses and the compile time of one program."""
     fn, fn_args = program(variant, depth, mode, args)
-    with scan_settings(variant_spec(variant, depth)[2]):
+    with scan_settings(variant_spec(variant)[2]):
         t0 = time.perf_counter()
         compiled = jax.jit(fn).lower(*fn_args).compile()
         compile_s = time.perf_counter() - t0
@@ -196,35 +216,8 @@ def main(argv=None) -> dict:
     return emit(record, args.json)
 
 
-#: the reference GRN's kernels in a scanned DCA program, by fusion kind: the gated product
-#: ``relu(b + w·h) ⊙ h``, its ReLU mask, the slice's cotangent padded back to the buffer, the
-#: slices of the buffer (a ``ynn_fusion`` named ``reduce_sum`` is the reduction over the stack)
-GRN_KINDS = ("maximum_multiply", "multiply_select", "pad_add", "slice_", "bitcast_select",
-             "wrapped_slice")
-
-
-def attribution(top_bytes: dict) -> dict[str, float]:
-    """Bytes of a ``--sources`` record (``top_sources["bytes"]``) by where they are spent:
-    outside the loops; the in-loop buffer updates, slices and copies; and, in the loops, the
-    GRN's kernels and the others (attention, MLP, LayerNorms) of the forward pass, of the
-    recomputed forward pass (``jvp(...)`` in the backward loop) and of the VJP
-    (``transpose(...)``). Meant for the scanned DCA's hand-written backward pass."""
-    out: dict[str, float] = {}
-    for key, nbytes in top_bytes.items():
-        kind, loop, name = key.split(" | ")
-        if loop == "-":
-            where = "outside loops"
-        elif "dynamic-update-slice" in kind or "dynamic-slice" in kind or kind == "copy" \
-                or name.startswith("while/body/") or "body/dynamic" in name:
-            where = "loop: buffer updates, slices, copies"
-        else:
-            phase = ("VJP" if "transpose(" in name
-                     else "recomputed forward" if "jvp(" in name else "forward")
-            grn = kind.startswith(GRN_KINDS) or (kind == "ynn_fusion"
-                                                 and name.endswith("reduce_sum"))
-            where = f"loop, {phase}: " + ("GRN" if grn else "other")
-        out[where] = out.get(where, 0.0) + nbytes
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+#: kernel groups printed per variant with ``--sources`` (the record keeps SOURCES_TOP)
+SOURCES_PRINTED = 6
 
 
 def print_table(record: dict) -> None:
@@ -244,9 +237,9 @@ def print_table(record: dict) -> None:
                 print(f"{variant:22s}" + "".join(cells))
             for variant, res in by_variant.items():
                 if "top_sources" in res:
-                    print(f"  {variant}: bytes by where [GB] " + ", ".join(
-                        f"{k} {v / 1e9:.2f}"
-                        for k, v in attribution(res["top_sources"]["bytes"]).items()))
+                    top = list(res["top_sources"]["bytes"].items())[:SOURCES_PRINTED]
+                    print(f"  {variant}: most bytes [GB] (kernel | loop | op_name): " + ", ".join(
+                        f"{k} {v / 1e9:.3g}" for k, v in top))
 
 
 if __name__ == "__main__":

@@ -238,7 +238,8 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
             return read_width(buffer.shape[0], p, carry, buffer, t)
         stops, widths = read_groups(n, mixer.slots_per_block)
         branches = [functools.partial(read_width, w) for w in widths]
-        group = jnp.searchsorted(jnp.asarray(stops[:-1]), t, side="right")
+        # t's dtype for the stops: with one group they are empty (a float array otherwise)
+        group = jnp.searchsorted(jnp.asarray(stops[:-1], t.dtype), t, side="right")
         return jax.lax.switch(group, branches, p, carry, buffer, t)
 
     def block(blk, io, k_t):

@@ -52,6 +52,8 @@ KINDS = [
     pytest.param({"residual": "attn_res", "n_layers": 1}, marks=pytest.mark.slow),
     pytest.param({"residual": "muddformer", "n_layers": 1}, marks=pytest.mark.slow),
     pytest.param({"residual": "value_residual", "n_layers": 1}, marks=pytest.mark.slow),
+    # one block, one read group (no group stops to search)
+    pytest.param({"residual": "dca", "n_layers": 1}, marks=pytest.mark.slow),
     {"residual": "denseformer"},
     {"residual": "hyper_connections"},
     {"residual": "mhc"},
