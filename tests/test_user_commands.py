@@ -25,11 +25,13 @@ from dca_theory import cli
 from dca_theory.io import read_json, read_jsonl
 
 TESTS = Path(__file__).resolve().parent
-# Five training steps, every step logged and evaluated, one seed: the LM experiments' own
-# records, tables and verdict code all run, on the smallest curves they accept (lm_stability's
-# spike window of 3 steps reads every cached run, so every run has more than 3).
+# Five training steps, every step logged and evaluated, two seeds (vmapped: compiled once; the
+# figures need a spread, and lm_retrofit's pretrained model is then lm_ablation's vanilla run):
+# the LM experiments' own records, tables and verdict code all run, on the smallest curves they
+# accept (lm_stability's spike window of 3 steps reads every cached run, so every run has more
+# than 3).
 LM = ["train.steps=5", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
-      "train.warmup_steps=1", "seeds=0"]
+      "train.warmup_steps=1", "seeds=0,1"]
 TOY = {  # experiment -> --set values of a run in seconds
     "fig1": ["dim=4", "depth=2", "rank=1", "batch_size=8", "steps=12", "log_every=4",
              "learning_rates=0.01"],
@@ -37,7 +39,8 @@ TOY = {  # experiment -> --set values of a run in seconds
     "rank_vs_width": ["dim=4", "widths=1,4", "buckets=4", "teachers=1:2.0", "steps=5",
                       "batch_size=8", "test_inputs=16", "log_every=5", "jacobian_inputs=2"],
     "risk_vs_params": ["dim=4", "ranks=1", "steps=5", "log_every=5"],
-    "toy_gates": ["seeds=2", "test_inputs=16", "setups=prop45"],  # the cheaper setup
+    # the cheaper setup, the printed gate only (GRN-v2 and GRN-v3 trained: one comparison)
+    "toy_gates": ["seeds=2", "test_inputs=16", "setups=prop45", "gates=paper", "scale=0.01"],
     "toy_convergence": ["dim=4", "depth=2", "widths=2", "teacher_rank=1", "teacher_pad_rank=2",
                         "restarts=1", "short_steps=5", "adam_steps=5", "adam_batch=8",
                         "lbfgs_steps=2", "train_size=16", "test_inputs=16", "log_every=5"],
@@ -47,16 +50,16 @@ TOY = {  # experiment -> --set values of a run in seconds
 }
 LM_TINY = {
     "lm_ablation": ["kinds=vanilla,dca", "open_gate_kinds="],
-    "lm_depth": ["depths=1"],
+    "lm_depth": ["depths=2"],  # its vanilla run is lm_k's
     # its fits need two seeds and two widths; one sweep rate, not extended, as long as the grid
     # (so lm_evidence_lr's reproduction compares a sweep run with the grid's at its last step)
-    "lm_evidence": ["seeds=0,1", "widths=8,16", "arms=vanilla,dca", "lr_grid=0.003",
+    "lm_evidence": ["widths=8,16", "arms=vanilla,dca", "lr_grid=0.003",
                     "lr_extend=0", "sweep_steps=5", "secondary_data=", "related_arms="],
     "lm_inputs": [],
     "lm_k": ["ks=1", "depth=2"],
     "lm_rank": [],
     "lm_related_work": ["kinds=denseformer"],
-    "lm_retrofit": ["continue_steps=4", "seeds=0,1"],  # its figure needs a seed spread
+    "lm_retrofit": ["continue_steps=4"],
     "lm_stability": ["window=3"],
     "lm_weights": ["kinds=grn_v3,dca"],
     "lm_width": ["widths=8"],
