@@ -26,7 +26,9 @@ Command (device machine; the corpus travels in an ignored folder, e.g. ``.gpu_da
     PYTHONPATH=. DCA_DATA_DIR=.gpu_data python benchmarks/gpu_lm_evidence.py \
         --json $OUT/gpu_lm_evidence.json
 
-``--smoke`` shrinks everything to a seconds-long CPU run (the test runs it).
+``--smoke`` shrinks everything to a CPU dry run (its defaults: :data:`SMOKE`; a flag given
+beside it still wins, so ``--smoke --widths 8 --depth 1 --arms vanilla`` is a seconds-long one);
+``--arms`` trains a subset of the arms (D pairs the widths that have both).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ from dca_theory.lm.train_config import LMTrainConfig  # noqa: E402
 
 ARMS = {"vanilla": ("vanilla", "paper"), "dca": ("dca", "bias_inside")}
 CHECKPOINTS_M = (0.5, 1, 2, 4, 8, 16, 32, 50)
+#: ``--smoke``'s defaults: two narrow widths, two layers, two seeds, 2048 tokens per seed
+SMOKE = {"widths": [8, 16], "seeds": 2, "tokens": 2048, "batch": 4, "seq": 16, "depth": 2,
+         "heads": 2, "chunk": 8, "valid_tokens": 512, "eval_batch": 8, "dtype": "float32"}
 
 
 def sample_batch(tokens, key, batch: int, seq: int) -> dict:
@@ -216,13 +221,15 @@ def main(argv=None) -> dict:
     p.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128, 256])
     add_training_args(p, chunk=100)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: test the script on CPU")
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                   help="the arms to train (D pairs the widths that have both)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes to test the script on CPU (flags given still win)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    if args.smoke:
-        args.widths, args.seeds, args.tokens, args.batch, args.seq = [8, 16], 2, 2048, 4, 16
-        args.depth, args.heads = 2, 2
-        args.chunk, args.valid_tokens, args.eval_batch, args.dtype = 8, 512, 8, "float32"
+    if args.smoke:  # the tiny sizes become the defaults, so that a flag given overrides them
+        p.set_defaults(**SMOKE)
+        args = p.parse_args(argv)
     check_training_args(args)
     corpus = lm_data.load_corpus("python-stdlib")
     if args.smoke:
@@ -231,7 +238,7 @@ def main(argv=None) -> dict:
               "runs": {}, "skipped": []}
     start, runs, longest = time.perf_counter(), {}, {}
     for w in sorted(args.widths):
-        for arm in ARMS:
+        for arm in dict.fromkeys(args.arms):  # in the order given, once each
             spent = time.perf_counter() - start
             guess = longest.get(arm, 0.0) * 2.2  # a run costs about twice the narrower one's
             if spent + guess > args.budget_s:

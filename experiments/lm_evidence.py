@@ -41,10 +41,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dca_theory.io import RunDir
+from dca_theory.io import RunDir, read_json
 from dca_theory.lab import lm_evidence as E
 from dca_theory.lab.lm_evidence_analysis import gate_by_tokenisation, summarise
-from dca_theory.lab.lm_runs import is_cached, load_curves
+from dca_theory.lab.lm_runs import cache_dir, is_cached, load_curves
 from dca_theory.lab.lm_settings import experiment_settings, run_cache, run_config
 from dca_theory.lab.lm_tables import row_summary
 from dca_theory.lm.config import ModelConfig
@@ -57,6 +57,28 @@ NAME = "lm_evidence"
 def settings(quick: bool = False, overrides=()) -> E.EvidenceSettings:
     """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
     return experiment_settings(E.EvidenceSettings, quick, overrides, E.validate)
+
+
+def grid_source(grid_run: str, quick: bool, out, name: str
+                ) -> tuple[E.EvidenceSettings, bool, Path]:
+    """``(settings, quick, run cache)`` of the grid that ``name`` (an experiment reading this
+    grid's runs: lm_evidence_lr, lm_evidence_rank) reads. ``grid_run`` empty: this mode's
+    unchanged grid, its cache next to ``out`` (else next to ``name``'s default run folder).
+    Else the folder an lm_evidence run wrote: the grid of its recorded mode and ``--set``
+    overrides, and the cache next to that folder, where it trained (so a customised grid, such
+    as the tests' tiny one, can be read as well as the standard ones)."""
+    if not grid_run:
+        return settings(quick), quick, cache_dir(Path(out) if out is not None
+                                                  else run_dir(name, quick))
+    config_path = Path(grid_run) / "config.json"
+    config = read_json(config_path) if config_path.is_file() else {}
+    if not isinstance(config, dict) or config.get("experiment") != NAME:
+        raise ValueError(f"grid_run {grid_run} is not a folder an lm_evidence run wrote (no "
+                         f"config.json of {NAME} in it); valid: the --out of `dca-theory run "
+                         f"{NAME}`, or empty for the standard grid")
+    grid_quick = bool(config["quick"])
+    grid = settings(grid_quick, config.get("overrides", {}))
+    return grid, grid_quick, cache_dir(Path(grid_run))
 
 
 def _sweep(cfg, quick, cache, only_cached, run) -> tuple[dict | None, list[str]]:

@@ -36,7 +36,9 @@ seeing that, so the follow-up is post hoc and says so wherever it is reported.
 
 **Command.** ``DCA_DATA_DIR=../shared/data dca-theory run lm_evidence_lr [--quick]`` after the
 grid's sweep (``dca-theory run lm_evidence``) has run; ``--set widths=64`` /
-``--set factors=0.5,1,2`` narrow it.
+``--set factors=0.5,1,2`` narrow it; ``--set grid_run=DIR`` reads the grid of the lm_evidence
+run that wrote ``DIR`` (its mode and ``--set`` overrides; the run cache beside ``DIR``), e.g. a
+customised smaller grid.
 
 **Runtime.** About 2-4 min per new sweep run on the 2-core machine (width 16 to 64); 13 new
 sweep runs at the defaults; a full-budget run takes what a grid run does (about 45 min at width
@@ -55,7 +57,7 @@ import numpy as np
 from dca_theory.io import RunDir
 from dca_theory.lab import lm_evidence as E
 from dca_theory.lab.lm_evidence_analysis import rate_check
-from dca_theory.lab.lm_runs import cache_dir, is_cached
+from dca_theory.lab.lm_runs import is_cached
 from dca_theory.lab.lm_settings import experiment_settings
 from dca_theory.lab.statistics import log_ppl_gap, paired
 from dca_theory.overrides import record, run_dir, summary_entry
@@ -68,13 +70,16 @@ NAME = "lm_evidence_lr"
 @dataclasses.dataclass(frozen=True)
 class EvidenceLrSettings:
     """``widths`` (grid widths; empty: all of them), ``arms`` (grid arms), ``factors`` (times
-    the grid's rate at a width; 1 must be among them: it is the shared rate) and
-    ``full_widths`` (where DCA is also trained for the full budget at its own best rate)."""
+    the grid's rate at a width; 1 must be among them: it is the shared rate),
+    ``full_widths`` (where DCA is also trained for the full budget at its own best rate) and
+    ``grid_run`` (the folder of the lm_evidence run whose grid is read, e.g. a customised
+    one's; empty: the mode's unchanged grid)."""
 
     widths: tuple[int, ...] = ()
     arms: tuple[str, ...] = ("vanilla", "dca")
     factors: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
     full_widths: tuple[int, ...] = (64,)
+    grid_run: str = ""
 
     def __post_init__(self) -> None:
         if 1.0 not in self.factors or min(self.factors) <= 0:
@@ -91,7 +96,7 @@ class EvidenceLrSettings:
 
 
 def _validate(quick: bool, cfg: EvidenceLrSettings) -> None:
-    grid = lm_evidence.settings(quick).widths
+    grid = lm_evidence.grid_source(cfg.grid_run, quick, None, NAME)[0].widths
     for name in ("widths", "full_widths"):
         bad = [w for w in getattr(cfg, name) if w not in grid]
         if bad:
@@ -158,16 +163,16 @@ def settings(quick: bool = False, overrides=()) -> EvidenceLrSettings:
 
 def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
     cfg = settings(quick, overrides)
-    ev = lm_evidence.settings(quick)
-    # the grid's own cache (next to --out if given): its sweep runs are reused, not retrained
-    cache = cache_dir(Path(out) if out is not None else run_dir(NAME, quick))
-    lrs, missing = E.rates(ev, quick, cache, only_cached=True)
+    # the grid's own cache (next to --out, or next to grid_run, if given): its sweep runs are
+    # reused, not retrained; ``gq`` is the grid's mode (the grid_run's own, if given)
+    ev, gq, cache = lm_evidence.grid_source(cfg.grid_run, quick, out, NAME)
+    lrs, missing = E.rates(ev, gq, cache, only_cached=True)
     if lrs is None:
         raise ValueError(f"the lm_evidence sweep has not run in {cache}; run `dca-theory run "
-                         f"lm_evidence{' --quick' if quick else ''}` first (missing: "
+                         f"lm_evidence{' --quick' if gq else ''}` first (missing: "
                          f"{', '.join(missing)})")
     widths = cfg.widths or ev.widths
-    specs = {(arm, w, f): E.sweep_spec(ev, quick, w, lrs[w]["lr"] * f, arm)
+    specs = {(arm, w, f): E.sweep_spec(ev, gq, w, lrs[w]["lr"] * f, arm)
              for w in widths for arm in cfg.arms for f in cfg.factors}
     config = {"experiment": NAME, "quick": quick, "settings": cfg, "data": ev.train.data,
               "shared_rate": {str(w): lrs[w]["lr"] for w in widths},
@@ -181,14 +186,14 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
         run.log(arm=arm, width=w, lr=s.train.lr, key=s.key,
                 diverged=r is None)
     checks = {w: rate_check(records, w, lrs[w]["lr"])
-              | {"reproduction": reproduction(ev, quick, cache, w, lrs[w]["lr"], cfg.arms,
+              | {"reproduction": reproduction(ev, gq, cache, w, lrs[w]["lr"], cfg.arms,
                                               records)}
               for w in widths}
     full = {}
     for w in cfg.full_widths:
         best = checks[w]["arms"]["dca"]["best_rate"]
         if f"{best:g}" != f"{lrs[w]['lr']:g}":
-            full[str(w)] = full_budget(ev, quick, cache, w, best, lrs[w]["lr"], run.log)
+            full[str(w)] = full_budget(ev, gq, cache, w, best, lrs[w]["lr"], run.log)
     summary = {"widths": {str(w): c for w, c in checks.items()}, "full_budget": full,
                "sweep_steps": ev.sweep_steps, "seeds": list(ev.sweep_seeds),
                "tokens": ev.sweep_steps * ev.train.batch_size * ev.train.seq_len,

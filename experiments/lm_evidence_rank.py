@@ -26,7 +26,9 @@ before that the summary is interim.
 **Command.** ``DCA_DATA_DIR=../shared/data dca-theory run lm_evidence_rank [--quick]`` after
 ``dca-theory run lm_evidence [--quick]`` has trained the widths it should read (a fresh clone has
 the grid's records but not its parameters, which are git-ignored: the grid has to be retrained
-for this). ``--set positions=N`` changes the positions per model and layer. Figure:
+for this). ``--set positions=N`` changes the positions per model and layer; ``--set
+grid_run=DIR`` reads the grid of the lm_evidence run that wrote ``DIR`` (its mode and ``--set``
+overrides; the run cache beside ``DIR``), e.g. a customised smaller grid. Figure:
 ``figures/fig_lm_evidence_rank.py``.
 
 **Runtime.** 42 s for widths 16 and 32 at 16 positions (24 models of depth 4, 2 cores shared
@@ -47,7 +49,7 @@ import numpy as np
 from dca_theory.io import RunDir
 from dca_theory.lab import lm_evidence as E
 from dca_theory.lab.branch_rank import SUBLAYERS, branch_rank_profile
-from dca_theory.lab.lm_runs import cache_dir, cached_corpus, ensure_run, load_models
+from dca_theory.lab.lm_runs import cached_corpus, ensure_run, load_models
 from dca_theory.lab.lm_settings import experiment_settings
 from dca_theory.lab.rank_gain import KINDS, PRIMARY_MEASURE, analyse, cells
 from dca_theory.lab.statistics import paired
@@ -60,9 +62,12 @@ NAME = "lm_evidence_rank"
 
 @dataclasses.dataclass(frozen=True)
 class EvidenceRankSettings:
-    """``positions``: random validation positions per model and layer."""
+    """``positions``: random validation positions per model and layer; ``grid_run``: the
+    folder of the lm_evidence run whose trained grid is read, e.g. a customised one's (empty:
+    the mode's unchanged grid)."""
 
     positions: int = 16
+    grid_run: str = ""
 
     def __post_init__(self) -> None:
         if self.positions < 1:
@@ -75,13 +80,15 @@ class EvidenceRankSettings:
 
 def settings(quick: bool = False, overrides=()) -> EvidenceRankSettings:
     """The quick or full preset with ``--set key=value`` overrides applied (validated)."""
-    return experiment_settings(EvidenceRankSettings, quick, overrides, lambda q, s: None)
+    return experiment_settings(EvidenceRankSettings, quick, overrides,
+                               lambda q, s: lm_evidence.grid_source(s.grid_run, q, None, NAME))
 
 
-def trained_pairs(quick: bool, cache: Path) -> tuple[dict, list[str], int, str]:
-    """``(specs, missing, seq_len, data)``: the grid's vanilla and DCA specs ``(kind, width)`` at
-    every width where both left parameters in ``cache``, and the keys of those that did not."""
-    ev = lm_evidence.settings(quick)
+def trained_pairs(ev: E.EvidenceSettings, quick: bool,
+                  cache: Path) -> tuple[dict, list[str], int, str]:
+    """``(specs, missing, seq_len, data)``: the vanilla and DCA specs ``(kind, width)`` of the
+    grid ``ev`` (its ``quick`` mode) at every width where both left parameters in ``cache``,
+    and the keys of those that did not."""
     lrs, missing = E.rates(ev, quick, cache, only_cached=True)
     if lrs is None:
         return {}, missing, ev.train.seq_len, ev.train.data
@@ -110,13 +117,14 @@ def per_width_difference(rows: list[dict]) -> dict:
 
 def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -> Path:
     cfg = settings(quick, overrides)
-    # the grid's own cache (next to --out if given), whatever the overrides: this never trains
-    cache = cache_dir(Path(out) if out is not None else run_dir(NAME, quick))
-    specs, missing, seq_len, data = trained_pairs(quick, cache)
+    # the grid's own cache (next to --out, or next to grid_run, if given), whatever the other
+    # overrides: this never trains
+    ev, grid_quick, cache = lm_evidence.grid_source(cfg.grid_run, quick, out, NAME)
+    specs, missing, seq_len, data = trained_pairs(ev, grid_quick, cache)
     if not specs:
         raise ValueError(f"no width of the lm_evidence grid has trained vanilla and DCA "
                          f"parameters in {cache}; run `dca-theory run lm_evidence"
-                         f"{' --quick' if quick else ''}` first (missing: "
+                         f"{' --quick' if grid_quick else ''}` first (missing: "
                          f"{', '.join(missing) or 'the learning-rate sweep'})")
     config = {"experiment": NAME, "quick": quick, "data": data, "settings": cfg,
               "runs": {f"{k}-w{w}": s.key for (k, w), s in specs.items()},

@@ -14,6 +14,8 @@ related-work baselines, retrofitting) and counts the events of each seed run. Ru
 by residual family: ``vanilla``; ``dca_family`` (dca at any k, grn_v1/v2/v3, either gate);
 ``baselines`` (DenseFormer, Hyper-Connections, LAuReL); ``retrofit`` (continued from a trained
 vanilla model; listed, kept out of the comparisons, which are about training from scratch).
+A run no longer than the window or its warm-up (the rule tests none of its steps) is skipped
+with a note (``skipped_too_short``: its key, its length and the least that would do).
 Reported per family: events per 1000 tested steps with an exact Poisson 95% interval; the exact
 conditional (binomial) test of the rate ratio DCA-family / vanilla and baselines / vanilla;
 Fisher's exact test on seed runs with at least one event; the same restricted to *matched*
@@ -98,6 +100,23 @@ def load_cached_runs(cache: Path) -> list[dict]:
                      "train": train_defaults | record["train"], "loss_SxT": loss,
                      "grad_norm_SxT": grad})
     return runs
+
+
+def split_too_short(runs: list[dict], rule: StabilitySettings = PRESET
+                    ) -> tuple[list[dict], list[dict]]:
+    """``(runs, skipped)``: the runs whose curves reach past the spike window and their warm-up
+    (the rule tests at least one step of them), and a note ``{key, steps, min_steps}`` for each
+    of the others (they have no exposure: counting them would divide by zero steps)."""
+    kept, skipped = [], []
+    for run in runs:
+        first = SpikeRule(rule.window, rule.c, rule.abs_floor,
+                          int(run["train"]["warmup_steps"])).first_tested
+        steps = int(run["loss_SxT"].shape[-1])
+        if steps > first:
+            kept.append(run)
+        else:
+            skipped.append({"key": run["record"]["key"], "steps": steps, "min_steps": first + 1})
+    return kept, skipped
 
 
 def group_of(run: dict) -> str:
@@ -271,11 +290,21 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
     if not runs:
         raise FileNotFoundError(f"no cached runs (record.json + curves.npz) under {cache}; "
                                 "train them first: python -m dca_theory.lab.lm_grid")
+    runs, too_short = split_too_short(runs, cfg)
+    if not runs:
+        first = too_short[0]
+        raise ValueError(f"every cached run under {cache} is too short for the spike window "
+                         f"(window={cfg.window} and the warm-up): {first['key']} has "
+                         f"{first['steps']} steps, at least {first['min_steps']} are needed; "
+                         f"lower --set window or train longer runs")
+    for note in too_short:
+        print(f"lm_stability: skipped {note['key']}: {note['steps']} steps, the spike rule "
+              f"tests none (it needs at least {note['min_steps']})")
     rows = analyse_seed_runs(runs, rule=cfg)
     for r in rows:
         run.log(**{k: r[k] for k in ("key", "seed", "group", "steps", "tested_steps",
                                      "n_events", "grad_norm_ratio")})
-    summary = summarise(rows, cfg) | {"cache": str(cache)}
+    summary = summarise(rows, cfg) | {"cache": str(cache), "skipped_too_short": too_short}
     pair = example_pair(rows, cfg.c)
     if pair is not None:
         curves = {}

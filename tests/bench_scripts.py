@@ -40,12 +40,7 @@ BENCH_ELSEWHERE = {
                     "test_smoke_run_records_the_work_of_every_program",
     "gpu_lm_evidence_2": "tests/test_bench_gpu_lm_evidence_2.py::"
                          "test_dry_run_trains_the_matched_vanilla",
-}
-# Not yet run by default: its four arms' scanned train steps take about 2 CPU minutes to
-# compile even at width 8 (the arms are not a flag); its only end-to-end test is this slow one.
-BENCH_SLOW_ONLY = {
-    "gpu_lm_evidence":
-        "tests/test_bench_gpu_lm_evidence.py::test_smoke_run_trains_every_width_and_arm_and_pairs_them",
+    "gpu_lm_evidence": "tests/test_bench_gpu_lm_evidence.py::test_dry_run_of_one_arm_at_one_width",
 }
 LIBRARIES = {"lm_bench_common", "hlo_executed"}  # shared code of the scripts, not a command
 

@@ -3,7 +3,15 @@
 No compilation cache on disk: JAX's persistent cache, LRU-bounded so that its file lock keeps
 the two workers from reading a half-written entry, made ``.ci/run``'s pytest take 14 min 16 s
 against 8 min 46 s without it on the same tree (sys time 2 min 24 s against 26 s: each write
-scans the cache folder under the shared lock).
+scans the cache folder under the shared lock); unbounded, on tests/test_user_commands.py alone
+it took 252 s against 203 s (a cold cache: almost no program of a session compiles twice).
+
+The tests' programs are tiny, so compiling them costs far more than running them: they compile
+without LLVM's optimisation passes (``--xla_backend_optimization_level=0``; XLA's own HLO passes,
+fusion included, still run, so the programs are the ones users run, only their machine code is
+less tuned). That cut tests/test_user_commands.py from 263 s to 161 s of CPU time (200 s to
+133 s on one worker) and nine numerics-heavy files of tests/lm, tests/sim and tests/theory from
+233 s to 161 s, every test passing either way. Set a level in ``XLA_FLAGS`` to override it.
 
 The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
 checkout (where CI lays it). Tests that need it skip with a message when it is absent.
@@ -14,8 +22,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import jax
-import pytest
+# before JAX creates its backend, which reads XLA_FLAGS once
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                     "--xla_backend_optimization_level=0"]))
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

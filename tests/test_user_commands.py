@@ -18,18 +18,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_scripts import BENCH_ELSEWHERE, BENCH_SLOW_ONLY, BENCH_TINY, BENCHMARKS, LIBRARIES
+from bench_scripts import BENCH_ELSEWHERE, BENCH_TINY, BENCHMARKS, LIBRARIES
 
 import experiments
 from dca_theory import cli
 from dca_theory.io import read_json, read_jsonl
 
 TESTS = Path(__file__).resolve().parent
-# Five training steps, every step logged and evaluated, one seed: the LM experiments' own
-# records, tables and verdict code all run, on the smallest curves they accept (lm_stability's
-# spike window of 3 steps reads every cached run, so every run has more than 3).
+# Five training steps, every step logged and evaluated, two seeds (vmapped: compiled once; the
+# figures need a spread, and lm_retrofit's pretrained model is then lm_ablation's vanilla run):
+# the LM experiments' own records, tables and verdict code all run, on the smallest curves they
+# accept (lm_stability's spike window of 3 steps reads every cached run, so every run has more
+# than 3).
 LM = ["train.steps=5", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1",
-      "train.warmup_steps=1", "seeds=0"]
+      "train.warmup_steps=1", "seeds=0,1"]
 TOY = {  # experiment -> --set values of a run in seconds
     "fig1": ["dim=4", "depth=2", "rank=1", "batch_size=8", "steps=12", "log_every=4",
              "learning_rates=0.01"],
@@ -37,7 +39,8 @@ TOY = {  # experiment -> --set values of a run in seconds
     "rank_vs_width": ["dim=4", "widths=1,4", "buckets=4", "teachers=1:2.0", "steps=5",
                       "batch_size=8", "test_inputs=16", "log_every=5", "jacobian_inputs=2"],
     "risk_vs_params": ["dim=4", "ranks=1", "steps=5", "log_every=5"],
-    "toy_gates": ["seeds=2", "test_inputs=16", "setups=prop45"],  # the cheaper setup
+    # the cheaper setup, the printed gate only (GRN-v2 and GRN-v3 trained: one comparison)
+    "toy_gates": ["seeds=2", "test_inputs=16", "setups=prop45", "gates=paper", "scale=0.01"],
     "toy_convergence": ["dim=4", "depth=2", "widths=2", "teacher_rank=1", "teacher_pad_rank=2",
                         "restarts=1", "short_steps=5", "adam_steps=5", "adam_batch=8",
                         "lbfgs_steps=2", "train_size=16", "test_inputs=16", "log_every=5"],
@@ -47,31 +50,36 @@ TOY = {  # experiment -> --set values of a run in seconds
 }
 LM_TINY = {
     "lm_ablation": ["kinds=vanilla,dca", "open_gate_kinds="],
-    "lm_depth": ["depths=1"],
-    # its fits need two seeds and two widths
-    "lm_evidence": ["seeds=0,1", "widths=8,16", "arms=vanilla,dca", "lr_grid=0.003",
-                    "secondary_data=", "related_arms="],
+    "lm_depth": ["depths=2"],  # its vanilla run is lm_k's
+    # its fits need two seeds and two widths; one sweep rate, not extended, as long as the grid
+    # (so lm_evidence_lr's reproduction compares a sweep run with the grid's at its last step)
+    "lm_evidence": ["widths=8,16", "arms=vanilla,dca", "lr_grid=0.003",
+                    "lr_extend=0", "sweep_steps=5", "secondary_data=", "related_arms="],
     "lm_inputs": [],
     "lm_k": ["ks=1", "depth=2"],
     "lm_rank": [],
     "lm_related_work": ["kinds=denseformer"],
-    "lm_retrofit": ["continue_steps=4", "seeds=0,1"],  # its figure needs a seed spread
+    "lm_retrofit": ["continue_steps=4"],
     "lm_stability": ["window=3"],
     "lm_weights": ["kinds=grn_v3,dca"],
     "lm_width": ["widths=8"],
 }
-TINY = {**TOY, **{name: LM + sets for name, sets in LM_TINY.items()}}
+# experiments reading another tiny run (run first where absent): that run and the --set values
+# ("{results}" is the module's results folder); lm_evidence_lr's rate 4x the grid's trains DCA
+# for the full budget when it beats the shared rate (it did, by about 40 points, in 5 steps)
+READERS = {
+    "lm_evidence_lr": ("lm_evidence", ["grid_run={results}/lm_evidence", "widths=16",
+                                       "factors=1,4", "full_widths=16"]),
+    "lm_evidence_rank": ("lm_evidence", ["grid_run={results}/lm_evidence", "positions=2"]),
+}
+TINY = {**TOY, **{name: LM + sets for name, sets in LM_TINY.items()},
+        **{name: sets for name, (_, sets) in READERS.items()}}
 # commands whose end-to-end default test lives elsewhere (checked to exist and not be slow)
 ELSEWHERE: dict[str, str] = {
     # every part A-G through main() with a stand-in trainer (real tiny training is slow-marked)
     "lm_evidence_2": "tests/lm/test_exp_evidence_2.py::"
                      "test_every_part_runs_in_order_and_the_rules_apply",
 }
-# Not yet run by default: these read the run cache of lm_evidence's *unchanged* quick grid
-# (about 2 CPU minutes to train), so a tiny lm_evidence run cannot feed them; their only
-# end-to-end tests are the slow ones named here.
-SLOW_ONLY = {name: "tests/lm/test_exp_evidence.py::test_quick_grid_and_the_experiments_reading_it"
-             for name in ("lm_evidence_lr", "lm_evidence_rank")}
 
 
 def _experiment_names() -> list[str]:
@@ -83,31 +91,28 @@ def _benchmark_names() -> list[str]:
     return sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in LIBRARIES)
 
 
-def _named_test(node: str, name: str, slow: bool = False) -> None:
-    """``node`` (``path::function``) is a test function, ``slow``-marked or not as said, whose
-    module names ``name``."""
+def _named_test(node: str, name: str) -> None:
+    """``node`` (``path::function``) is a test function, not ``slow``-marked, whose module names
+    ``name``."""
     path, func = node.split("::")
     tree = ast.parse((TESTS.parent / path).read_text())
     found = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == func]
     assert found, f"{node} does not exist"
     marks = [ast.unparse(d) for d in found[0].decorator_list]
-    assert any("slow" in m for m in marks) == slow, f"{node}: slow mark is not {slow}"
+    assert not any("slow" in m for m in marks), f"{node} is slow-marked"
     assert name in (TESTS.parent / path).read_text(), f"{node}'s module never names {name}"
 
 
 def test_every_command_has_a_default_test():
-    for names, tiny, elsewhere, slow_only, what in (
-            (_experiment_names(), TINY, ELSEWHERE, SLOW_ONLY, "experiments"),
-            (_benchmark_names(), BENCH_TINY, BENCH_ELSEWHERE, BENCH_SLOW_ONLY, "benchmarks")):
-        missing = [n for n in names if n not in tiny and n not in elsewhere
-                   and n not in slow_only]
+    for names, tiny, elsewhere, what in (
+            (_experiment_names(), TINY, ELSEWHERE, "experiments"),
+            (_benchmark_names(), BENCH_TINY, BENCH_ELSEWHERE, "benchmarks")):
+        missing = [n for n in names if n not in tiny and n not in elsewhere]
         assert not missing, (f"{what} without a default-suite test: {missing}; give each a "
                              "tiny setting in tests/test_user_commands.py")
         assert set(tiny) | set(elsewhere) <= set(names), f"{what}: stale names in this file"
         for name, node in elsewhere.items():
             _named_test(node, name)
-        for name, node in slow_only.items():
-            _named_test(node, name, slow=True)
     assert set(LIBRARIES) <= {p.stem for p in BENCHMARKS.glob("*.py")}
     for name in LIBRARIES:  # a library has no command of its own
         assert "__main__" not in (BENCHMARKS / f"{name}.py").read_text()
@@ -122,10 +127,12 @@ def results(tmp_path_factory, data_dir):
 
 
 def _run_tiny(name: str, results: Path) -> Path:
+    if name in READERS and not (results / READERS[name][0] / "summary.json").exists():
+        _run_tiny(READERS[name][0], results)
     out = results / name
     argv = ["run", name, "--quick", "--out", str(out), "--overwrite"]
     for value in TINY[name]:
-        argv += ["--set", value]
+        argv += ["--set", value.format(results=results)]
     assert cli.main(argv) == 0
     return out
 
@@ -151,6 +158,36 @@ def test_experiment_runs_end_to_end_at_tiny_size(name, results, capsys):
         assert "output_weights" in res["identity/grn_v1"]["best_run"]  # GRN only: res has none
         assert "output_weights" not in res["identity/res"]["best_run"]
         assert all(np.isfinite(r["initial_loss_median"]) for r in res.values())
+    if name in READERS:
+        _check_evidence_reader(name, summary, read_json(results / "lm_evidence" / "summary.json"))
+
+
+def _check_evidence_reader(name: str, s: dict, grid: dict) -> None:
+    """lm_evidence_lr and lm_evidence_rank read the tiny grid named by ``grid_run``."""
+    assert s["cache"] == grid["cache"]  # the grid's own run cache
+    if name == "lm_evidence_rank":  # D is the grid's own gap, seed by seed
+        assert s["widths"] == [8, 16] and s["complete"] and s["primary"]["n"] == 4
+        grid_d = grid["datasets"]["ptb-char"]["comparisons"]["dca-vanilla"]["test_D"]
+        for w in (8, 16):
+            ours = [c["D"] for c in s["cells"] if c["width"] == w]
+            np.testing.assert_allclose(ours, grid_d[str(w)]["per_seed"], rtol=0, atol=1e-9)
+        assert all(0.0 < c[f"{k}_update_eff_rank_frac"] <= 1.0  # effective rank <= width
+                   for c in s["cells"] for k in ("vanilla", "dca"))
+        return
+    row = s["widths"]["16"]
+    shared = grid["lr_sweep"]["16"]["lr"]
+    assert {a["shared_rate"] for a in row["arms"].values()} == {shared}
+    assert set(row["arms"]["dca"]["valid_ln_ppl"]) == {f"{shared:g}", f"{4 * shared:g}"}
+    assert all(a["handicap"] >= 0 for a in row["arms"].values())
+    # at the shared rate a sweep run is the first steps of the grid's run (float32 noise apart)
+    assert set(row["reproduction"]) == {"vanilla", "dca"}
+    assert all(r["max_abs"] < 0.05 for r in row["reproduction"].values())
+    assert set(s["full_budget"]) == {"16"}
+    for r in s["full_budget"].values():  # DCA at its own best rate, trained like the grid's arm
+        assert r["rate"] == row["arms"]["dca"]["best_rate"] != shared
+        np.testing.assert_allclose(np.subtract(r["D_own_rate"]["per_seed"],
+                                               r["D_shared_rate"]["per_seed"]),
+                                   r["own_minus_shared_rate"]["per_seed"], rtol=0, atol=1e-9)
 
 
 def test_figures_of_the_tiny_results(results, capsys, monkeypatch):
@@ -172,8 +209,6 @@ def test_figures_of_the_tiny_results(results, capsys, monkeypatch):
     printed = [Path(line) for line in capsys.readouterr().out.split()]
     for mod in experiment_figures:
         name = mod.__name__.rsplit(".", 1)[-1]
-        if name.removeprefix("fig_") in SLOW_ONLY:  # no tiny results to draw from
-            continue
         drawn = [p for p in printed if p.name.startswith(name)]
         assert drawn, f"{name} drew nothing"
     assert all(p.is_file() and p.stat().st_size for p in printed)

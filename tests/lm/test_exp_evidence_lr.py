@@ -1,5 +1,6 @@
 """lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, and its refusals
-(its quick run on the quick grid is in the slow test of tests/lm/test_exp_evidence.py)."""
+(its run on a tiny grid is in tests/test_user_commands.py, on the quick grid in the slow test of
+tests/lm/test_exp_evidence.py)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def test_without_the_grids_sweep_it_refuses_and_writes_nothing(tmp_path):
                                          r"`dca-theory run lm_evidence --quick` first"):
         L.main(quick=True, out=out)
     assert not out.exists()
+
+
+def test_a_grid_run_that_no_lm_evidence_run_wrote_is_refused_in_one_line(tmp_path, capsys):
+    """``--set grid_run=DIR`` names the folder of an lm_evidence run: another folder is bad
+    input (exit 2, one line naming it), before anything is written."""
+    from dca_theory import cli
+    from dca_theory.io import write_json
+
+    other = tmp_path / "results" / "lm_depth"
+    write_json(other / "config.json", {"experiment": "lm_depth", "quick": True})
+    for bad in (tmp_path / "absent", other):
+        out = tmp_path / "results" / "lm_evidence_lr"
+        assert cli.main(["run", "lm_evidence_lr", "--quick", "--out", str(out),
+                         "--set", f"grid_run={bad}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"dca-theory: error: grid_run {bad} is not a folder an "
+                              "lm_evidence run wrote") and "\n" not in err
+        assert not out.exists()
+    # the rank experiment reads its grid the same way
+    with pytest.raises(ValueError, match=f"grid_run {other} is not a folder"):
+        from experiments import lm_evidence_rank
+
+        lm_evidence_rank.settings(True, [f"grid_run={other}"])

@@ -1,5 +1,6 @@
-"""lm_retrofit (paper Table 4): the NLL, preservation and table helpers on synthetic inputs;
-one slow test runs the quick mode and draws the figure."""
+"""lm_retrofit (paper Table 4): the NLL, preservation and table helpers on synthetic inputs; the
+figure of a synthetic summary with one seed and with two; one slow test runs the quick mode and
+draws the figure."""
 
 from __future__ import annotations
 
@@ -105,3 +106,37 @@ def test_quick_mode_and_figure(tmp_path, monkeypatch, data_dir):
     assert [r["step"] for r in s["table"]] == [10, 20]
     paths = fig_lm_retrofit.make(tmp_path / "fig", tmp_path)
     assert {q.suffix for q in paths} == {".png", ".pdf", ".csv"}
+
+
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_figure_shows_a_spread_only_with_more_than_one_seed(tmp_path, monkeypatch, n_seeds):
+    """One seed has no standard deviation: no band or error bar, an empty CSV cell and a title
+    that says so (and no degrees-of-freedom warning, an error under the test settings)."""
+    import csv
+
+    from dca_theory.io import write_json
+    from figures import fig_lm_retrofit
+
+    def curve(offset):
+        return [{"step": s, "whole_split": s == 4,
+                 "valid_ppl": [30.0 - s + offset + seed for seed in range(n_seeds)]}
+                for s in (0, 2, 4)]
+
+    write_json(tmp_path / "lm_retrofit" / "summary.json",
+               {"valid_curves": {"vanilla": curve(0.0), "dca": curve(-0.5),
+                                 "pretrained_whole_split": [30.0 + k for k in range(n_seeds)]},
+                "preservation": {"worst": {"rel_logit_diff": 1e-7}}})
+    titles = []
+    save = fig_lm_retrofit.save
+    monkeypatch.setattr(fig_lm_retrofit, "save", lambda fig, *a, **k: (
+        titles.append(fig.axes[0].get_title()), save(fig, *a, **k))[1])
+    paths = fig_lm_retrofit.make(tmp_path / "fig", tmp_path)
+    with open(next(p for p in paths if p.suffix == ".csv"), encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 3 + 1 + 3  # two curves, the pretrained model, three differences
+    stds = {r["valid_ppl_std"] for r in rows}
+    if n_seeds == 1:
+        assert stds == {""} and titles == ["one seed: no spread shown"]
+    else:  # per-seed values 1 apart: sample std 1/sqrt(2); the differences are equal per seed
+        assert sorted(map(float, stds)) == pytest.approx([0.0, np.sqrt(0.5)], abs=1e-12)
+        assert titles == [""]

@@ -13,29 +13,29 @@ from figures import fig_lm_stability
 STEPS, WARMUP = 400, 40
 
 
-def smooth_curves(n_seeds: int, seed: int) -> np.ndarray:
+def smooth_curves(n_seeds: int, seed: int, steps: int = STEPS) -> np.ndarray:
     """Decaying loss with 0.03-nat Gaussian batch noise: no spike under the c >= 4 rules."""
-    t = np.arange(STEPS)
+    t = np.arange(steps)
     rng = np.random.default_rng(seed)
-    return 1.5 + 3.0 * np.exp(-t / 30) + 0.03 * rng.standard_normal((n_seeds, STEPS))
+    return 1.5 + 3.0 * np.exp(-t / 30) + 0.03 * rng.standard_normal((n_seeds, steps))
 
 
 def add_run(cache, key, residual, *, spikes=(), d_model=64, n_layers=4, data="shakespeare",
-            init_from=None, seed=0, k=None):
+            init_from=None, seed=0, k=None, steps=STEPS):
     """A cached 3-seed run; ``spikes``: (seed index, step) pairs raised by 0.6 nats (about 20
     noise sigmas: found at every c in {4, 6, 8})."""
-    loss = smooth_curves(3, seed)
+    loss = smooth_curves(3, seed, steps)
     for i, t in spikes:
         loss[i, t] += 0.6
-    grad = np.ones((3, STEPS))
-    grad[:, 200] = 3.0 if spikes else 1.5
+    grad = np.ones((3, steps))
+    grad[:, min(200, steps - 1)] = 3.0 if spikes else 1.5
     folder = cache / key
     folder.mkdir(parents=True)
     np.savez(folder / "curves.npz", loss=loss, grad_norm=grad)
     model = {"residual": residual, "k": k, "grn_gate": "relu", "d_model": d_model,
              "n_layers": n_layers}
     # PTB is LMTrainConfig's default dataset, so its records omit "data" (non-default fields only)
-    train = {"warmup_steps": WARMUP, "steps": STEPS} | ({} if data == "ptb" else {"data": data})
+    train = {"warmup_steps": WARMUP, "steps": steps} | ({} if data == "ptb" else {"data": data})
     write_json(folder / "record.json", {"key": key, "label": key, "seeds": [0, 1, 2],
                                         "init_from": init_from, "resolved_model": model,
                                         "train": train})
@@ -115,6 +115,26 @@ def test_full_mode_scans_cache_and_draws(cache, tmp_path):
     assert (pair["vanilla"]["key"], pair["dca"]["key"], pair["dca"]["seed"]) == ("v4", "d4", 0)
     files = fig_lm_stability.make(tmp_path / "fig", tmp_path)
     assert {p.suffix for p in files} == {".png", ".pdf", ".csv", ".json"}
+
+
+def test_runs_the_rule_cannot_test_are_skipped_with_a_note(cache, tmp_path, capsys):
+    """A run no longer than its warm-up (40 steps here, above the 25-step window) has no tested
+    step: skipped and named, the others counted as before; only such runs: a one-line error."""
+    from dca_theory import cli
+
+    add_run(cache, "short", "vanilla", steps=WARMUP, seed=9)
+    summary = read_json(lm_stability.main(out=tmp_path / "lm_stability") / "summary.json")
+    assert summary["skipped_too_short"] == [{"key": "short", "steps": 40, "min_steps": 41}]
+    assert summary["n_cached_runs"] == 8 and summary["n_seed_runs"] == 24
+    assert "skipped short: 40 steps" in capsys.readouterr().out
+    alone = tmp_path / "alone" / "lm_runs"
+    add_run(alone, "short", "vanilla", steps=30)
+    out = alone.parent / "lm_stability"
+    assert cli.main(["run", "lm_stability", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("short has 30 steps, at least 41 are needed; lower --set window or "
+                        "train longer runs") and "\n" not in err
+    assert not (out / "summary.json").exists()
 
 
 def test_full_mode_without_runs_is_an_error(tmp_path):
