@@ -42,9 +42,9 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     # (whose backward pass adds a per-feature ReLU mask): the gate's own step cost, paired.
     "dca-paper-gate": ("dca", None, "fused"),
     "2-dca-paper-gate": ("dca", 2, "fused"),
-    # The blocks in a lax.scan, trained in the stacked layout (dca_theory.lm.layer_stack):
-    # compile time flat in depth, a slower step (paper/06_performance.md §6.10). GRN-v3 (one
-    # GRN per block, Table 7's ablation) scans like full DCA.
+    # The scanned trunk (layer_loop="scan", dca_theory.lm.scanned): blocks stacked over
+    # layers in one lax.scan body, compile time flat in depth. GRN-v3 (one GRN per block,
+    # Table 7's ablation) scans like full DCA.
     "grn_v3": ("grn_v3", None, "fused"),
     "grn_v3-scan": ("grn_v3", None, "fused"),
     "vanilla-scan": ("vanilla", None, "fused"),

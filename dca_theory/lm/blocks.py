@@ -178,11 +178,12 @@ class Attention(eqx.Module):
             at = (offset, jnp.zeros_like(offset), jnp.zeros_like(offset))
             k_LxHxK = jax.lax.dynamic_update_slice(cache[0], k_LxHxK.astype(cache[0].dtype), at)
             v_LxHxK = jax.lax.dynamic_update_slice(cache[1], v_LxHxK.astype(cache[1].dtype), at)
-            cache, q_pos, causal = (k_LxHxK, v_LxHxK), q_pos + offset, True
+            cache, causal = (k_LxHxK, v_LxHxK), True
+            q_pos = jnp.arange(L, dtype=offset.dtype) + offset
         s_HxLxS = jnp.einsum("qhk,shk->hqs", q_LxHxK, k_LxHxK, preferred_element_type=acc)
         s_HxLxS = s_HxLxS / jnp.sqrt(jnp.asarray(K, acc))
         if causal:
-            mask_LxS = jnp.arange(k_LxHxK.shape[0])[None, :] <= q_pos[:, None]
+            mask_LxS = jnp.arange(k_LxHxK.shape[0], dtype=q_pos.dtype)[None, :] <= q_pos[:, None]
             s_HxLxS = jnp.where(mask_LxS[None], s_HxLxS, jnp.finfo(acc).min)
         p_HxLxS = dropout(jax.nn.softmax(s_HxLxS, axis=-1), self.rate, key)
         o_LxHxK = jnp.einsum("hqs,shk->qhk", p_HxLxS.astype(cd), v_LxHxK)

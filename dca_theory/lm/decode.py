@@ -48,7 +48,6 @@ from dca_theory.lm.baselines import DenseFormerTrunk, HyperConnectionsTrunk, Lau
 from dca_theory.lm.blocks import Attention, DCABlock, PreLNBlock, matmul_dtype
 from dca_theory.lm.fast_path import combine_stack
 from dca_theory.lm.model import TransformerLM, sinusoidal_positions
-from dca_theory.lm.norm import at_least_float32
 from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, ResidualTrunk
 from dca_theory.residual import ResidualStack, stack_size
 
@@ -85,30 +84,11 @@ def attend_cached(
     pos: Int[Array, ""],
 ) -> tuple[Float[Array, "1 D"], LayerCache]:
     """:class:`~dca_theory.lm.blocks.Attention` for the token at ``pos``: its key and value rows
-    written into the cache, its query attending to rows ``0 … pos``. Same precision rules as the
-    full pass (scores and softmax in float32 at least; masked scores at the dtype's minimum)."""
-    cd = matmul_dtype(attn.compute_dtype, attn.w_q_DxD)
-    acc = at_least_float32(attn.w_q_DxD.dtype)
-    keys_LxHxK, values_LxHxK = layer
-    max_len, H, K = keys_LxHxK.shape
-
-    def proj(x_TxD, w_DxD):
-        return (x_TxD.astype(cd) @ w_DxD.astype(cd)).reshape(1, H, K)
-
-    at = (pos, jnp.zeros_like(pos), jnp.zeros_like(pos))
-    keys_LxHxK = jax.lax.dynamic_update_slice(
-        keys_LxHxK, proj(xk_TxD, attn.w_k_DxD).astype(keys_LxHxK.dtype), at)
-    values_LxHxK = jax.lax.dynamic_update_slice(
-        values_LxHxK, proj(xv_TxD, attn.w_v_DxD).astype(values_LxHxK.dtype), at)
-    q_TxHxK = proj(xq_TxD, attn.w_q_DxD)
-    s_HxTxL = jnp.einsum("qhk,shk->hqs", q_TxHxK, keys_LxHxK, preferred_element_type=acc)
-    s_HxTxL = s_HxTxL / jnp.sqrt(jnp.asarray(K, acc))
-    seen_L = jnp.arange(max_len, dtype=pos.dtype) <= pos
-    s_HxTxL = jnp.where(seen_L[None, None], s_HxTxL, jnp.finfo(acc).min)
-    p_HxTxL = jax.nn.softmax(s_HxTxL, axis=-1)
-    o_TxHxK = jnp.einsum("hqs,shk->qhk", p_HxTxL.astype(cd), values_LxHxK)
-    out_TxD = o_TxHxK.reshape(1, H * K) @ attn.w_o_DxD.astype(cd)
-    return out_TxD, (keys_LxHxK, values_LxHxK)
+    written into the cache, its query attending to rows ``0 … pos`` (the attention's own cached
+    path, :meth:`~dca_theory.lm.blocks.Attention.forward`)."""
+    out_TxD, _, layer = attn.forward(xq_TxD, xk_TxD, xv_TxD, causal=True, cache=layer,
+                                     offset=pos)
+    return out_TxD, layer
 
 
 def pre_ln_branch_step(blk: PreLNBlock, x_TxD: Array, layer: LayerCache, pos):
