@@ -235,19 +235,21 @@ def test_default_layer_loop_keeps_run_cache_keys():
     assert scan_fields["layer_loop"] == "scan"
 
 
-def _dca_scan_temp_bytes(depth: int) -> int:
-    """XLA's temporary bytes of the scanned full-DCA train step (deterministic)."""
+def _scan_temp_bytes(depth: int, residual: str) -> int:
+    """XLA's temporary bytes of the scanned train step (deterministic)."""
     from dca_theory.lab.steptime import train_step_setup
 
-    cfg = SMALL.replace(residual="dca", n_layers=depth, layer_loop="scan", max_len=16,
+    cfg = SMALL.replace(residual=residual, n_layers=depth, layer_loop="scan", max_len=16,
                         param_dtype="float32", compute_dtype="float32")
     fn, args = train_step_setup(cfg, LMTrainConfig(seq_len=16, batch_size=2))
     return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
 
 
 @pytest.mark.slow
-def test_full_dca_scan_memory_grows_linearly_in_depth():
-    """The shadow scan (dca_theory.lm.buffer_scans) keeps one buffer: doubling the depth less
-    than doubles the step's temporary memory, where saving the buffer per block would grow it
-    like depth²."""
-    assert _dca_scan_temp_bytes(12) / _dca_scan_temp_bytes(6) < 2.0
+def test_full_dca_scan_memory_grows_like_vanillas():
+    """The shadow scan (dca_theory.lm.buffer_scans) keeps one buffer, so full DCA's training
+    memory grows linearly in depth as vanilla's does: from depth 12 to 24 its growth is within
+    15 % of vanilla's (measured at width 16: 1.94× against 1.85×), where a buffer saved per
+    block would add a depth² term."""
+    growth = {r: _scan_temp_bytes(24, r) / _scan_temp_bytes(12, r) for r in ("dca", "vanilla")}
+    assert growth["dca"] < 1.15 * growth["vanilla"], growth
