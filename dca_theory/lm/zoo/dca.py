@@ -141,15 +141,7 @@ class DCAMixer(Mixer):
                 "stream": jnp.sum(self._stack(after), axis=0), "stack": self._stack(before)}
 
     def stack_slots(self, t):
-        return tuple(range(t + 1)) if self.full else scan_slots(
-            _SlotsConfig(self.k, self.n_layers), t)
-
-
-class _SlotsConfig:
-    """The two fields :func:`~dca_theory.lm.layer_stack.scan_slots` reads."""
-
-    def __init__(self, k, n_layers):
-        self.k, self.n_layers = k, n_layers
+        return scan_slots(self, t)  # reads k and n_layers, which this mixer holds
 
 
 def pre_ln_blocks(trunk) -> list:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
@@ -86,10 +87,11 @@ class GRNMixer(Mixer):
         """The buffer with the slots outside block t's window zeroed (Table 9)."""
         if not self.windowed:
             return buffer
-        mask = jnp.zeros((len(self.slots), buffer.shape[0]), buffer.dtype)
+        mask = np.zeros((len(self.slots), len(self.slots)), np.float64)  # a trace-time constant
         for i, s in enumerate(self.slots):
-            mask = mask.at[i, jnp.asarray(s)].set(1)
-        return buffer * mask[t, :buffer.shape[0]].reshape((-1,) + (1,) * (buffer.ndim - 1))
+            mask[i, list(s)] = 1
+        mask = jnp.asarray(mask[:, :buffer.shape[0]], buffer.dtype)
+        return buffer * mask[t].reshape((-1,) + (1,) * (buffer.ndim - 1))
 
     def start(self, x_LxD, n_layers):
         return State(new_buffer(x_LxD, n_layers + 1), ())
