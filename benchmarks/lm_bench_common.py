@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jax
 
+from dca_theory import schemes
 from dca_theory.io import atomic_write_text
 from dca_theory.lab.steptime import synthetic_batch, train_step_setup  # noqa: F401 (re-export)
 from dca_theory.lm.config import ModelConfig
@@ -46,6 +47,13 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     # layers in one lax.scan body, compile time flat in depth. GRN-v3 (one GRN per block,
     # Table 7's ablation) scans like full DCA.
     "grn_v3": ("grn_v3", None, "fused"),
+    # the rest of the registry's LM kinds, each at its defaults (decode latency covers them all)
+    "grn_v1": ("grn_v1", None, "fused"),
+    "grn_v2": ("grn_v2", None, "fused"),
+    "denseformer": ("denseformer", None, "fused"),
+    "hyper_connections": ("hyper_connections", None, "fused"),
+    "laurel_lr": ("laurel_lr", None, "fused"),
+    "laurel_pa": ("laurel_pa", None, "fused"),
     "grn_v3-scan": ("grn_v3", None, "fused"),
     "vanilla-scan": ("vanilla", None, "fused"),
     "dca-scan": ("dca", None, "fused"),
@@ -56,6 +64,8 @@ VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "
 #: variants whose blocks run in a lax.scan (``layer_loop="scan"``)
 SCAN_VARIANTS: tuple[str, ...] = ("vanilla-scan", "dca-scan", "2-dca-scan", "grn_v3-scan")
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")
+#: one variant per LM kind of the registry (``lm=True``), plus 2-DCA: "every kind"
+KIND_VARIANTS: tuple[str, ...] = (*[s.name for s in schemes.SCHEMES if s.lm], "2-dca")
 # Today's comparison set beside DCA: Attention Residuals, mHC, MUDDFormer, ResFormer.
 # The step-time and memory benchmarks time them by default, next to DEFAULT_VARIANTS.
 RIVAL_VARIANTS: tuple[str, ...] = ("attn_res", "mhc", "muddformer", "value_residual")

@@ -1,4 +1,5 @@
-"""Decode latency per token and cache memory per token: vanilla vs full DCA vs 2-DCA.
+"""Decode latency per token and cache memory per token: vanilla vs full DCA vs 2-DCA (or every
+LM kind, ``--variants all``).
 
 Each variant (depth 24, width 256, heads width/64, MLP 4×width, context 128, vocabulary 8192,
 float32 by default) decodes greedily with the key/value cache of :mod:`dca_theory.lm.decode`:
@@ -25,10 +26,17 @@ Paper (Table 1's discussion, 24 layers): "k = 2 results in a model with 48 % low
 latency compared to k = 24", i.e. 2-DCA / full DCA = 0.52 (they give no absolute latencies and
 do not say how they decode).
 
+``--layer-loop scan`` decodes through the scanned trunk (:mod:`dca_theory.lm.scanned`: one
+scan body over the stacked blocks, each reading and writing its rows of the cache), which
+decodes every kind with the cache; the per-block trunks (``unroll``) have cached steps for
+vanilla, the GRN kinds, DCA and the paper's related work only.
+
 Usage::
 
     python benchmarks/lm_decode.py --rounds 25 --tokens 64 \
         --json benchmarks/results/lm_decode_w256.json
+    python benchmarks/lm_decode.py --layer-loop scan --variants all \
+        --json benchmarks/results/lm_decode_w256_scan_kinds.json     # every kind
     python benchmarks/lm_decode.py --quick          # tiny sizes, seconds (the test's dry run)
 
 Prints a table and the JSON record (``os.getloadavg()`` before and after). Runtime on the 2-core
@@ -38,6 +46,7 @@ CPU: a few minutes at the default size (compiling the three depth-24 steps domin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -49,6 +58,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import (  # noqa: E402
+    KIND_VARIANTS,
     apply_preset,
     check_positive,
     emit,
@@ -56,7 +66,8 @@ from lm_bench_common import (  # noqa: E402
     model_config,
 )
 
-from dca_theory.lm.decode import DecodeCache, decode_step, max_stack_entries  # noqa: E402
+from dca_theory.lm.config import LAYER_LOOPS  # noqa: E402
+from dca_theory.lm.decode import STEPS, DecodeCache, decode_step, max_stack_entries  # noqa: E402
 from dca_theory.lm.model import build_model  # noqa: E402
 from dca_theory.lm.params import param_count  # noqa: E402
 
@@ -101,9 +112,24 @@ def paired_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b))
 
 
+def check_decodable(variants, args) -> None:
+    """One-line ``SystemExit`` (before anything compiles) for a variant whose per-block trunk
+    has no cached decoding step."""
+    if args.layer_loop != "unroll":
+        return
+    for variant in variants:
+        cfg = model_config(variant, width=args.width, depth=args.depth, seq=args.context,
+                           vocab=args.vocab, param_dtype=args.dtype)
+        model = eqx.filter_eval_shape(build_model, cfg, key=jax.random.PRNGKey(0))
+        if type(model.trunk) not in STEPS:
+            raise SystemExit(f"error: variant {variant!r} has no cached decoding with "
+                             "--layer-loop unroll; use --layer-loop scan (every kind)")
+
+
 def setup(variant: str, args) -> dict:
     cfg = model_config(variant, width=args.width, depth=args.depth, seq=args.context,
                        vocab=args.vocab, param_dtype=args.dtype)
+    cfg = dataclasses.replace(cfg, layer_loop=args.layer_loop)
     model = build_model(cfg, key=jax.random.PRNGKey(0))
     step, params, compile_s, memory = compiled_step(model)
     for _ in range(args.warmup):
@@ -115,7 +141,7 @@ def setup(variant: str, args) -> dict:
             "cache_bytes_per_context_token": cache.nbytes() / args.context,
             "stack_entries": max_stack_entries(model),
             "stack_bytes_per_sequence": max_stack_entries(model) * args.width * itemsize}
-    print(f"  {variant:8s} compiled in {compile_s:.1f} s", flush=True)
+    print(f"  {variant:17s} compiled in {compile_s:.1f} s", flush=True)
     return {"step": step, "params": params, "model": model, "info": info}
 
 
@@ -131,11 +157,16 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="parameter (and so cache and matmul) dtype")
     p.add_argument("--variants", nargs="+", default=list(DECODE_VARIANTS),
-                   choices=list(DECODE_VARIANTS))
+                   choices=[*KIND_VARIANTS, "all"],
+                   help="LM kinds to decode ('all': every kind of the registry, and 2-DCA)")
+    p.add_argument("--layer-loop", default="unroll", choices=LAYER_LOOPS,
+                   help="the trunk: per-block ('unroll') or the scanned trunk ('scan')")
     quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
     p.add_argument("--quick", action="store_true", help=f"tiny sizes for a dry run ({quick})")
     p.add_argument("--json", default=None, help="also write the record to this file")
     args = p.parse_args(argv)
+    if "all" in args.variants:
+        args.variants = list(KIND_VARIANTS)
     apply_preset(args, args.quick, QUICK)
     for name in ("depth", "width", "context", "vocab", "tokens", "rounds"):
         check_positive(name, getattr(args, name))
@@ -153,6 +184,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     record = {"benchmark": "lm_decode", "config": vars(args).copy(), "machine_before": machine(),
               "paper_2dca_over_dca_latency": PAPER_2DCA_OVER_DCA}
+    check_decodable(args.variants, args)
     runs = {v: setup(v, args) for v in args.variants}
     times = {v: [] for v in args.variants}
     for r in range(args.rounds):
@@ -178,13 +210,13 @@ def main(argv=None) -> dict:
     print(f"\ndepth {args.depth}, width {args.width}, context {args.context}, vocab {args.vocab},"
           f" {args.dtype}, {args.tokens} tokens x {args.rounds} rounds, load {load[0]:.1f} -> "
           f"{load[1]:.1f}")
-    print(f"{'variant':8s} {'ms/token':>9s} {'vs vanilla':>10s} {'cache B/token':>13s} "
+    print(f"{'variant':17s} {'ms/token':>9s} {'vs vanilla':>10s} {'cache B/token':>13s} "
           f"{'stack B/seq':>11s} {'step temp B':>11s} {'compile s':>9s}")
     for v in args.variants:
         info = runs[v]["info"]
         temp = (info["step_memory_bytes"] or {}).get("temp", float("nan"))
         ratio = record.get("latency_ratio_to_vanilla", {}).get(v, float("nan"))
-        print(f"{v:8s} {1e3 * med[v]:9.3f} {ratio:10.3f} "
+        print(f"{v:17s} {1e3 * med[v]:9.3f} {ratio:10.3f} "
               f"{info['cache_bytes_per_context_token']:13.0f} "
               f"{info['stack_bytes_per_sequence']:11d} {temp:11.0f} {info['compile_s']:9.1f}")
     if "latency_2dca_over_dca" in record:

@@ -47,3 +47,30 @@ def test_quick_dry_run_writes_every_figure(bench, tmp_path):
     assert stacks == {"vanilla": 1, "dca": q["depth"] + 1, "2-dca": min(4, q["depth"] + 1)}
     assert record["latency_2dca_over_dca"] > 0 and record["latency_2dca_over_dca_paired"] > 0
     assert "loadavg_1_5_15" in record["machine_before"] and "machine_after" in record
+
+
+def test_scanned_trunk_decodes_the_kinds_without_per_block_steps(bench):
+    """The scanned trunk decodes every kind with the cache, the rivals that the per-block trunks
+    cannot decode included; the cache holds keys and values of every block whatever the kind."""
+    q = bench.QUICK
+    variants = ["vanilla", "attn_res", "mhc"]
+    record = bench.main(["--quick", "--layer-loop", "scan", "--variants", *variants])
+    for variant in variants:
+        assert all(t > 0 for t in record["latency_s_per_token"][variant])
+        assert record["memory"][variant]["cache_bytes_per_context_token"] == (
+            2 * q["depth"] * q["width"] * 4)
+    # mHC's state: hc_expansion streams of D numbers per token
+    assert record["memory"]["mhc"]["stack_entries"] == 4
+
+
+def test_per_block_trunk_without_a_cached_step_is_a_one_line_error(bench):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--quick", "--variants", "vanilla", "mhc"])
+    assert "'mhc'" in str(exc.value) and "--layer-loop scan" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow
+def test_every_kind_decodes_through_the_scanned_trunk(bench):
+    record = bench.main(["--quick", "--layer-loop", "scan", "--variants", "all"])
+    assert set(record["median_latency_s_per_token"]) == set(bench.KIND_VARIANTS)
