@@ -3,7 +3,9 @@
 XLA's own ``compiled.cost_analysis()`` counts a ``while`` loop's body once, whatever its trip
 count (checked in ``tests/test_bench_lm_scan_cost.py``), so it cannot compare a scanned trunk
 with an unrolled one. This module walks the optimised HLO module (``compiled.as_text()``) from
-its entry computation, multiplying each ``while`` body by its ``known_trip_count``, and sums
+its entry computation, multiplying each ``while`` body by its ``known_trip_count`` (a loop
+whose trip count is known only at run time counts once per execution, and ``dynamic_loops``
+says how many such executions there were), and sums
 per executed kernel (a fusion, or an unfused instruction):
 
 * ``dot_flops``: ``2 · |output| · |contracted dims|`` of every ``dot`` (inside fusions too);
@@ -108,9 +110,10 @@ def _called(attrs: str) -> dict[str, list[str]]:
     return out
 
 
-def _trip_count(attrs: str) -> int:
+def _trip_count(attrs: str) -> int | None:
+    """A ``while``'s trip count, if XLA knows it at compile time."""
     m = re.search(r'"known_trip_count":\{"n":"(\d+)"', attrs)
-    return int(m.group(1)) if m else 1
+    return int(m.group(1)) if m else None
 
 
 def _dot_flops(shape: str, attrs: str, lhs_shape: str) -> int:
@@ -192,7 +195,7 @@ def executed(text: str, label=None, top: int = TOP) -> dict:
     groups of each figure."""
     comps, entry = parse_module(text)
     totals = {"dot_flops": 0, "elementwise": 0, "bytes": 0, "copy_bytes": 0,
-              "dus_bytes": 0, "dynamic_slice_bytes": 0}
+              "dus_bytes": 0, "dynamic_slice_bytes": 0, "dynamic_loops": 0}
     ops: Counter = Counter()
     by_kind = {"bytes": Counter(), "elementwise": Counter(), "dot_flops": Counter()}
 
@@ -203,6 +206,9 @@ def executed(text: str, label=None, top: int = TOP) -> dict:
             if op == "while":
                 trips = _trip_count(attrs)
                 ops["while"] += times
+                if trips is None:  # known only at run time: counted once, a lower bound
+                    totals["dynamic_loops"] += times
+                    trips = 1
                 walk(called["body"][0], times * trips)
                 continue
             if op in ("call", "conditional"):

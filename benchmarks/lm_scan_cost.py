@@ -19,21 +19,25 @@ Variants: the model kinds ``vanilla``, ``dca``, ``2-dca`` on the per-block trunk
 and scanned (``-scan``), and the scanned full DCA with one knob of the design changed while the
 program is traced (:func:`scan_settings`, restored afterwards):
 
-* ``dca-scan-g<N>``: ``driver.READ_GROUPS = N`` (the blocks' buffer reads cut to what each of
-  N groups can read; 1 reads the whole buffer every block; ``dca-scan`` runs the default);
+* ``dca-scan-rebuild``: ``DCAMixer.reads_written_only = False``, so the backward pass recomputes
+  each block's reads on the final buffer with the later slots zeroed (a rebuilt copy per
+  block) rather than on the final buffer itself;
 * ``dca-scan-writeonce``: ``DCAMixer.block_reads_state = True``, so the driver runs
   :func:`~dca_theory.lm.buffer_scans.write_once_scan` (the backward pass recomputes each whole
   step, blocks included) instead of the shadow scan (which recomputes only the mixer steps);
-  that path reads the whole buffer every block (no read groups), so compare it with ``-g1``;
 * ``dca-scan-refgrn`` (and ``2-dca-scan-refgrn``): the mixer's GRNs through the combiner
-  classes' own ``__call__`` (autodiff of the broadcast formula) instead of the buffer GRN
-  kernel :func:`~dca_theory.lm.buffer_grn.buffer_grns`.
+  classes' own ``__call__`` on the masked buffer (autodiff of the broadcast formula) instead of
+  the buffer GRN kernels of :mod:`dca_theory.lm.buffer_grn`.
+
+A loop whose trip count is only known at run time (the scanned GRNs visit the slots written so
+far: a loop of ``t + 1`` iterations in block t) is counted once per execution, a lower bound;
+``dynamic_loops`` says how many such loops ran.
 
 Usage::
 
     python benchmarks/lm_scan_cost.py --depths 24 \\
         --json benchmarks/results/lm_scan_cost_w256_d24_driver.json
-    python benchmarks/lm_scan_cost.py --depths 12 --variants vanilla dca-scan dca-scan-g1
+    python benchmarks/lm_scan_cost.py --depths 12 --variants vanilla dca-scan dca-scan-rebuild
     python benchmarks/lm_scan_cost.py --depths 24 --variants dca-scan --modes train --sources
     python benchmarks/lm_scan_cost.py --smoke        # tiny sizes, seconds (the test's run)
 
@@ -65,7 +69,6 @@ from lm_bench_common import (  # noqa: E402
 )
 
 from dca_theory.lab.steptime import synthetic_batch  # noqa: E402
-from dca_theory.lm import driver  # noqa: E402
 from dca_theory.lm.model import build_model  # noqa: E402
 from dca_theory.lm.steps import make_grad_fn, weighted_nll  # noqa: E402
 from dca_theory.lm.zoo import dca as zoo_dca  # noqa: E402
@@ -76,25 +79,36 @@ def reference_grns(grns, buffer):
     return tuple(g(buffer) for g in grns)
 
 
+def reference_grns_through(grns, buffer, count):
+    """:func:`~dca_theory.lm.buffer_grn.buffer_grns_through` through each combiner's own
+    ``__call__`` on the buffer with the slots from ``count`` on zeroed."""
+    slot = jax.numpy.arange(buffer.shape[0]).reshape((-1,) + (1,) * (buffer.ndim - 1))
+    masked = jax.numpy.where(slot < count, buffer, 0)
+    return reference_grns(grns, masked), buffer
+
+
 #: the knobs a variant may change while its program is traced: name -> (owner, attribute)
-SETTINGS = {"READ_GROUPS": (driver, "READ_GROUPS"),
+SETTINGS = {"reads_written_only": (zoo_dca.DCAMixer, "reads_written_only"),
             "block_reads_state": (zoo_dca.DCAMixer, "block_reads_state"),
-            "buffer_grns": (zoo_dca, "buffer_grns")}
+            "buffer_grns": (zoo_dca, "buffer_grns"),
+            "buffer_grns_through": (zoo_dca, "buffer_grns_through")}
+REFERENCE = {"buffer_grns": reference_grns, "buffer_grns_through": reference_grns_through}
 #: variant -> (benchmark model variant, layer_loop, SETTINGS changed while tracing)
 BASE = {"vanilla": ("vanilla", "unroll", {}), "vanilla-scan": ("vanilla", "scan", {}),
         "dca": ("dca", "unroll", {}), "dca-scan": ("dca", "scan", {}),
         "2-dca": ("2-dca", "unroll", {}), "2-dca-scan": ("2-dca", "scan", {}),
+        "dca-scan-rebuild": ("dca", "scan", {"reads_written_only": False}),
         "dca-scan-writeonce": ("dca", "scan", {"block_reads_state": True}),
-        "dca-scan-refgrn": ("dca", "scan", {"buffer_grns": reference_grns}),
-        "2-dca-scan-refgrn": ("2-dca", "scan", {"buffer_grns": reference_grns})}
+        "dca-scan-refgrn": ("dca", "scan", REFERENCE),
+        "2-dca-scan-refgrn": ("2-dca", "scan", REFERENCE)}
 DEFAULT_VARIANTS = ["vanilla", "vanilla-scan", "dca", "dca-scan", "2-dca", "2-dca-scan",
-                    "dca-scan-g1", "dca-scan-g8", "dca-scan-writeonce", "dca-scan-refgrn",
+                    "dca-scan-rebuild", "dca-scan-writeonce", "dca-scan-refgrn",
                     "2-dca-scan-refgrn"]
 MODES = ("train", "forward")
 #: kernel groups kept per figure with ``--sources`` (enough to account for nearly all bytes)
 SOURCES_TOP = 80
 SMOKE = {"depths": [2], "width": 64, "seq": 8, "batch": 1, "vocab": 64,
-         "variants": ["dca-scan", "dca-scan-g1", "dca-scan-writeonce"]}
+         "variants": ["dca-scan", "dca-scan-rebuild", "dca-scan-writeonce"]}
 #: figures of each record that the table prints, with their column titles
 COLUMNS = (("dot_flops", "matmul GF", 1e9), ("elementwise", "elem G", 1e9),
            ("bytes", "bytes GB", 1e9), ("copy_bytes", "copy MB", 1e6),
@@ -103,15 +117,11 @@ COLUMNS = (("dot_flops", "matmul GF", 1e9), ("elementwise", "elem G", 1e9),
 
 
 def variant_spec(name: str) -> tuple[str, str, dict]:
-    """``(model variant, layer_loop, SETTINGS changes)`` of a variant name (``dca-scan-g<N>``:
-    N read groups); one-line ``SystemExit`` for an unknown one."""
+    """``(model variant, layer_loop, SETTINGS changes)`` of a variant name; one-line
+    ``SystemExit`` for an unknown one."""
     if name in BASE:
         return BASE[name]
-    prefix, _, groups = name.rpartition("-g")
-    if prefix == "dca-scan" and groups.isdigit() and int(groups) >= 1:
-        return "dca", "scan", {"READ_GROUPS": int(groups)}
-    raise SystemExit(f"error: unknown variant {name!r}; valid: {', '.join(BASE)} or "
-                     f"dca-scan-g<N> (N >= 1)")
+    raise SystemExit(f"error: unknown variant {name!r}; valid: {', '.join(BASE)}")
 
 
 _ABSENT = object()

@@ -48,8 +48,7 @@ def test_shape_bytes_reads_arrays_and_tuples(hlo):
 @pytest.mark.parametrize("argv, bad", [
     (["--width", "100"], "--width"),
     (["--depths", "12", "0"], "--depths"),
-    (["--variants", "dca-scan-g0"], "dca-scan-g0"),
-    (["--variants", "dca-scan-gdepth"], "dca-scan-gdepth"),
+    (["--variants", "dca-scan-g4"], "dca-scan-g4"),
     (["--variants", "nope"], "nope"),
 ])
 def test_bad_arguments_give_one_line_errors(bench, argv, bad):
@@ -59,31 +58,31 @@ def test_bad_arguments_give_one_line_errors(bench, argv, bad):
     assert bad in message and "\n" not in message
 
 
-def test_group_variants_set_the_read_groups(bench):
-    assert bench.variant_spec("dca-scan-g4") == ("dca", "scan", {"READ_GROUPS": 4})
-    assert bench.variant_spec("dca-scan-g1")[2] == {"READ_GROUPS": 1}
+def test_knob_variants_name_their_settings(bench):
+    assert bench.variant_spec("dca-scan-rebuild") == ("dca", "scan",
+                                                      {"reads_written_only": False})
+    assert bench.variant_spec("dca-scan-refgrn")[2] == bench.REFERENCE
 
 
 def test_scan_settings_are_restored_even_after_an_error(bench):
-    from dca_theory.lm import driver
     from dca_theory.lm.zoo import dca as zoo_dca
 
-    groups, grns = driver.READ_GROUPS, zoo_dca.buffer_grns
-    changes = {"READ_GROUPS": groups + 3, "block_reads_state": True,
-               "buffer_grns": bench.reference_grns}
+    through = zoo_dca.buffer_grns_through
+    changes = {"reads_written_only": False, "block_reads_state": True,
+               "buffer_grns_through": bench.reference_grns_through}
     with pytest.raises(RuntimeError), bench.scan_settings(changes):
-        assert driver.READ_GROUPS == groups + 3 and zoo_dca.DCAMixer.block_reads_state
-        assert zoo_dca.buffer_grns is bench.reference_grns
+        assert not zoo_dca.DCAMixer.reads_written_only and zoo_dca.DCAMixer.block_reads_state
+        assert zoo_dca.buffer_grns_through is bench.reference_grns_through
         raise RuntimeError("tracing failed")
-    assert driver.READ_GROUPS == groups and zoo_dca.buffer_grns is grns
+    assert zoo_dca.buffer_grns_through is through and zoo_dca.DCAMixer.reads_written_only
     # the class attribute DCAMixer only inherited is gone again, not shadowed by a copy
     assert "block_reads_state" not in vars(zoo_dca.DCAMixer)
     assert zoo_dca.DCAMixer.block_reads_state is False
 
 
-def test_reference_grns_compute_what_the_buffer_kernel_does(bench):
+def test_reference_grns_compute_what_the_buffer_kernels_do(bench):
     # the refgrn variant changes how the GRNs are computed, not the model
-    from dca_theory.lm.buffer_grn import buffer_grns
+    from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
     from dca_theory.residual import GRNv3
 
     kb, kw, kh = jax.random.split(jax.random.PRNGKey(0), 3)
@@ -91,6 +90,10 @@ def test_reference_grns_compute_what_the_buffer_kernel_does(bench):
             zip(jax.random.normal(kb, (3, 5, 8)), jax.random.normal(kw, (3, 8)))]
     buffer = jax.random.normal(kh, (5, 3, 8))
     for ref, lean in zip(bench.reference_grns(grns, buffer), buffer_grns(grns, buffer)):
+        assert jnp.allclose(ref, lean, rtol=1e-5, atol=1e-5)
+    (refs, _), (leans, _) = (f(grns, buffer, 3) for f in (bench.reference_grns_through,
+                                                         buffer_grns_through))
+    for ref, lean in zip(refs, leans):
         assert jnp.allclose(ref, lean, rtol=1e-5, atol=1e-5)
 
 
@@ -110,11 +113,15 @@ def test_smoke_run_records_the_work_of_every_program(bench, tmp_path):
     assert set(results) == set(bench.SMOKE["variants"])
     for res in results.values():
         assert res["dot_flops"] > 0 and res["bytes"] > 0 and res["temp_bytes"] > 0
-    shadow, whole, once = (results[v] for v in ("dca-scan-g1", "dca-scan", "dca-scan-writeonce"))
+    shadow, rebuilt, once = (results[v] for v in ("dca-scan", "dca-scan-rebuild",
+                                                  "dca-scan-writeonce"))
     # the write-once scan recomputes each block's forward pass in the backward pass (one more
-    # matmul per three; the output projection and the GRNs' thin matmuls are not recomputed);
-    # the shadow scan recomputes only the mixer steps
+    # matmul per three; the output projection is not recomputed); the shadow scan recomputes
+    # only the mixer steps
     assert 1.1 < once["dot_flops"] / shadow["dot_flops"] < 1.34
-    # read groups: each block's GRNs read only the slots its group can have written
-    assert whole["elementwise"] < 0.9 * shadow["elementwise"]
+    # rebuilding each block's buffer (the later slots zeroed) is a pass over the whole buffer
+    # per block that reading the final buffer as it is does without
+    assert rebuilt["bytes"] > shadow["bytes"]
+    # the GRNs visit the slots written so far: loops of run-time length, 2 per block
+    assert shadow["dynamic_loops"] >= 2 * bench.SMOKE["depths"][0]
     assert "loadavg_1_5_15" in record["machine_before"] and "machine_after" in record

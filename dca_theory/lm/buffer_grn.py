@@ -29,6 +29,11 @@ the buffer (tested in float64), faster on the CPU:
   scalar ``p`` only, ``b̄`` without it). Autodiff of the reference would keep each GRN's
   broadcast coefficients.
 
+In the scanned trunk a block reads the buffer through :func:`buffer_grns_through`: the same
+GRNs over only the slots written so far (a loop of run-time length, so the work over the blocks
+is triangular), with the buffer passed through so that the backward pass adds its cotangent
+into the buffer's, in place (no buffer-sized cotangent per block).
+
 Plain JAX (no platform switch): the formulation is what XLA:CPU needs and costs nothing
 elsewhere.
 """
@@ -159,3 +164,111 @@ def _grns_bwd(gate, residuals, d_outs):
 
 
 _grns.defvjp(_grns_fwd, _grns_bwd)
+
+
+def buffer_grns_through(grns: Sequence[AbstractGRN], buffer: Array, count: Array | int
+                        ) -> tuple[tuple[Array, ...], Array]:
+    """``(buffer_grns(grns, B), buffer)`` where ``B`` is ``buffer`` with the slots from
+    ``count`` on zeroed (those a block has not written yet), and ``buffer`` passes through.
+
+    Both passes visit only the first ``count`` entries (a loop of dynamic length, so the work
+    is triangular over the blocks, not square), and the backward pass adds each entry's
+    cotangent into the cotangent the passed-through buffer received, in place: it is the
+    cotangent of every later use of the buffer, so no buffer-sized array is allocated,
+    zeroed or added per block (what a full-size cotangent returned beside the later uses'
+    would cost). A GRN's entries from ``count`` on weigh zeros, so the value and every
+    gradient equal the reference's on ``B`` (tested in float64); the rows of ``b`` from
+    ``count`` on get gradient 0, as there."""
+    names = {g.gate for g in grns if isinstance(g, GRNv3)}
+    if len(names) > 1:
+        raise ValueError(f"buffer_grns_through needs one GRN-v3 gate, got {sorted(names)}")
+    for g in grns:
+        g.check_stack(buffer)
+    gate = names.pop() if names else gates.DEFAULT_GATE
+    return _through(gate, tuple(g.b for g in grns), tuple(g.w for g in grns), buffer,
+                    jnp.asarray(count))
+
+
+def _entry_terms(spec, b, w, h, pre, dy):
+    """One GRN's backward terms at one entry: ``(d_h, d_b, d_pre)`` for entry ``h``
+    (``*batch × D``), its ``b`` row, its ``w`` (``None`` for v1/v2), ``pre = w · h`` and the
+    output cotangent ``dy``."""
+    batch = tuple(range(h.ndim - 1))
+    if w is None:  # v1 / v2: c = b
+        prod = dy * h
+        d_b = jnp.sum(prod, axis=batch + ((h.ndim - 1,) if b.ndim == 0 else ()))
+        return per_feature(b.astype(h.dtype), h) * dy, d_b, None
+    b_row = per_feature(b.astype(h.dtype), h)
+    if spec.bias_inside:
+        inside = b_row + pre[..., None]
+        prod = jnp.where(spec.derivative_mask(inside), dy * h, 0)
+        c = spec.nonlinearity(inside)
+        d_pre = jnp.sum(prod, axis=-1)
+    else:
+        c = b_row + spec.nonlinearity(pre)[..., None]
+        prod = dy * h
+        d_pre = jnp.where(spec.derivative_mask(pre), jnp.sum(prod, axis=-1), 0)
+    d_h = c * dy + d_pre[..., None] * per_feature(w.astype(h.dtype), h)
+    return d_h, jnp.sum(prod, axis=batch), d_pre
+
+
+def _entry_pre(ws, h):
+    """``w · h`` of every GRN-v3 at one entry (``None`` for v1/v2)."""
+    return tuple(None if w is None else jnp.sum(h * per_feature(w.astype(h.dtype), h), axis=-1)
+                 for w in ws)
+
+
+def _through_forward(gate, bs, ws, buffer, count):
+    spec = gates.get(gate)
+
+    def add_entry(i, outs):
+        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
+        pres = _entry_pre(ws, h)
+        return tuple(
+            y + _coefficient(spec, jax.lax.dynamic_index_in_dim(b, i, keepdims=False), h,
+                             pre) * h
+            for y, b, pre in zip(outs, bs, pres))
+
+    zeros = tuple(jnp.zeros(buffer.shape[1:], buffer.dtype) for _ in bs)
+    return jax.lax.fori_loop(0, count, add_entry, zeros)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _through(gate: str, bs, ws, buffer, count):
+    return _through_forward(gate, bs, ws, buffer, count), buffer
+
+
+def _through_fwd(gate, bs, ws, buffer, count):
+    return _through(gate, bs, ws, buffer, count), (bs, ws, buffer, count)
+
+
+def _through_bwd(gate, residuals, cotangents):
+    bs, ws, buffer, count = residuals
+    d_outs, d_buffer = cotangents
+    spec = gates.get(gate)
+
+    def back_entry(i, acc):
+        d_buf, d_bs, d_ws = acc
+        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
+        pres = _entry_pre(ws, h)
+        d_h = jnp.zeros_like(h)
+        new_bs, new_ws = [], []
+        for b, w, pre, dy, d_b, d_w in zip(bs, ws, pres, d_outs, d_bs, d_ws):
+            b_i = jax.lax.dynamic_index_in_dim(b, i, keepdims=False)
+            term_h, term_b, d_pre = _entry_terms(spec, b_i, w, h, pre, dy.astype(h.dtype))
+            d_h = d_h + term_h
+            new_bs.append(jax.lax.dynamic_update_index_in_dim(
+                d_b, term_b.astype(d_b.dtype), i, 0))
+            new_ws.append(None if w is None else d_w + jnp.tensordot(
+                d_pre, h, axes=(tuple(range(h.ndim - 1)),) * 2).astype(d_w.dtype))
+        row = jax.lax.dynamic_index_in_dim(d_buf, i, keepdims=False)
+        d_buf = jax.lax.dynamic_update_index_in_dim(d_buf, row + d_h.astype(d_buf.dtype), i, 0)
+        return d_buf, tuple(new_bs), tuple(new_ws)
+
+    init = (d_buffer, tuple(jnp.zeros_like(b) for b in bs),
+            tuple(None if w is None else jnp.zeros_like(w) for w in ws))
+    d_buffer, d_bs, d_ws = jax.lax.fori_loop(0, count, back_entry, init)
+    return d_bs, d_ws, d_buffer, None
+
+
+_through.defvjp(_through_fwd, _through_bwd)

@@ -38,10 +38,11 @@ def _rebuilt(final: Array, t: Array, slots_per_block: int) -> Array:
     return jnp.where(slot < 1 + slots_per_block * t, final, jnp.zeros_like(final))
 
 
-def _shadowed(fn: Callable, slots_per_block: int) -> Callable:
+def _shadowed(fn: Callable, slots_per_block: int, rebuild: bool) -> Callable:
     """``fn(args, buffer, t)`` as ``f(args, buffer, shadow, t) -> (fn(...), shadow)``: same
     value; its backward pass saves only ``args`` and ``t`` and recomputes ``fn`` on the buffer
-    rebuilt from the shadow's cotangent (the final buffer)."""
+    rebuilt from the shadow's cotangent (the final buffer), or on the final buffer itself if
+    ``fn`` reads no slot written after block t (``rebuild=False``)."""
 
     @jax.custom_vjp
     def f(args, buffer, shadow, t):
@@ -53,7 +54,7 @@ def _shadowed(fn: Callable, slots_per_block: int) -> Callable:
     def f_bwd(res, cotangents):
         args, t = res
         g_out, final = cotangents
-        buffer = _rebuilt(final, t, slots_per_block)
+        buffer = _rebuilt(final, t, slots_per_block) if rebuild else final
         _, vjp = jax.vjp(lambda a, b: fn(a, b, t), args, buffer)
         g_args, g_buffer = vjp(g_out)
         return g_args, g_buffer, final, None
@@ -81,20 +82,23 @@ _attach.defvjp(_attach_fwd, _attach_bwd)
 
 
 def shadow_scan(read: Callable, block: Callable, write: Callable, output: Callable,
-                arrays, state, extras, slots_per_block: int) -> Array:
+                arrays, state, extras, slots_per_block: int, rebuild: bool = True) -> Array:
     """The trunk output of ``lax.scan`` over blocks with the split step
-    ``io = read(p, carry, buffer, t)``, ``out = block(blk, io, key)``,
+    ``io, buffer = read(p, carry, buffer, t)``, ``out = block(blk, io, key)``,
     ``state = write(p, carry, io, out, buffer, t)`` (``arrays = (blocks, mixer layers)``
-    stacked, ``extras = (t, keys)``), then ``output(state)``; see the module docstring."""
-    read_s = _shadowed(lambda a, buf, t: read(*a, buf, t), slots_per_block)
-    write_s = _shadowed(lambda a, buf, t: write(*a, buf, t), slots_per_block)
+    stacked, ``extras = (t, keys)``), then ``output(state)``; see the module docstring. The
+    write continues from the buffer the read returns (the same one, or passed through a kernel
+    that accumulates its cotangent in place); ``rebuild=False`` for reads and writes that read
+    no slot written after block t."""
+    read_s = _shadowed(lambda a, buf, t: read(*a, buf, t), slots_per_block, rebuild)
+    write_s = _shadowed(lambda a, buf, t: write(*a, buf, t), slots_per_block, rebuild)
 
     def body(carry, xs):
         state, shadow = carry
         (blk, p), (t, key) = xs
-        io, shadow = read_s((p, state.carry), state.buffer, shadow, t)
+        (io, buffer), shadow = read_s((p, state.carry), state.buffer, shadow, t)
         out = block(blk, io, key)
-        state, shadow = write_s((p, state.carry, io, out), state.buffer, shadow, t)
+        state, shadow = write_s((p, state.carry, io, out), buffer, shadow, t)
         return (state, shadow), None
 
     (state, shadow), _ = jax.lax.scan(body, (state, jnp.zeros_like(state.buffer)),

@@ -137,6 +137,12 @@ class Mixer(eqx.Module):
     #: whether :meth:`narrow` is implemented: block t then reads only the buffer's first
     #: slots (see :data:`READ_GROUPS`)
     narrows: ClassVar[bool] = False
+    #: whether :meth:`read_through` and :meth:`write` read no buffer slot that block t has not
+    #: written yet (from ``1 + slots_per_block · t`` on), e.g. through
+    #: :func:`~dca_theory.lm.buffer_grn.buffer_grns_through`: the backward pass then
+    #: recomputes them on the final buffer as it is, not on a rebuilt copy with those slots
+    #: zeroed (:mod:`dca_theory.lm.buffer_scans`)
+    reads_written_only: ClassVar[bool] = False
 
     @abc.abstractmethod
     def start(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:
@@ -145,6 +151,13 @@ class Mixer(eqx.Module):
     @abc.abstractmethod
     def read(self, p: Any, state: State, t: Array) -> BlockIO:
         """Block ``t``'s inputs (``p``: its slice of ``layers``)."""
+
+    def read_through(self, p: Any, state: State, t: Array) -> tuple[BlockIO, State]:
+        """:meth:`read`, and the state :meth:`write` continues from: the same, unless the read
+        passes the buffer through a kernel whose backward pass accumulates into the buffer's
+        cotangent in place (:func:`~dca_theory.lm.buffer_grn.buffer_grns_through`), whose
+        passed-through buffer it then is. Default: ``state``."""
+        return self.read(p, state, t), state
 
     @abc.abstractmethod
     def write(self, p: Any, state: State, t: Array, io: BlockIO, out: BlockOut) -> State:
@@ -207,9 +220,9 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
     def step(arrays_t, state, extra):
         blk, p = eqx.combine(arrays_t, static)
         t, k_t = extra
-        io = shell.read(p, state, t)
+        io, through = shell.read_through(p, state, t)
         out = run_block(blk, io, causal=causal, key=k_t)
-        after = shell.write(p, state, t, io, out)
+        after = shell.write(p, through, t, io, out)
         return after, (shell.record(p, state, after, io, out) if collect else None)
 
     state = mixer.start(x_LxD, n)
@@ -223,24 +236,26 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
         return mixer.output(state), None
     blk_static, p_static = static
 
-    def read_width(width, p, carry, buffer, t):
-        p = eqx.combine(p, p_static)
-        if width < buffer.shape[0]:
-            p, buffer = shell.narrow(p, width), buffer[:width]
-        io = shell.read(p, State(buffer, carry), t)
+    def checked(io):
         if io.mix_values is not None or io.mlp_input is not None:
             raise TypeError(f"{type(mixer).__name__} hands its block a hook (mix_values or "
                             "mlp_input) while keeping a buffer: set block_reads_state = True")
         return io
 
+    def read_width(width, p, carry, buffer, t):
+        p, buffer = shell.narrow(eqx.combine(p, p_static), width), buffer[:width]
+        return checked(shell.read(p, State(buffer, carry), t))
+
     def read(p, carry, buffer, t):
+        """Block t's inputs and the buffer the write continues from."""
         if not mixer.narrows:
-            return read_width(buffer.shape[0], p, carry, buffer, t)
+            io, through = shell.read_through(eqx.combine(p, p_static), State(buffer, carry), t)
+            return checked(io), through.buffer
         stops, widths = read_groups(n, mixer.slots_per_block)
         branches = [functools.partial(read_width, w) for w in widths]
         # t's dtype for the stops: with one group they are empty (a float array otherwise)
         group = jnp.searchsorted(jnp.asarray(stops[:-1], t.dtype), t, side="right")
-        return jax.lax.switch(group, branches, p, carry, buffer, t)
+        return jax.lax.switch(group, branches, p, carry, buffer, t), buffer
 
     def block(blk, io, k_t):
         return run_block(eqx.combine(blk, blk_static), io, causal=causal, key=k_t)
@@ -249,7 +264,7 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
         return shell.write(eqx.combine(p, p_static), State(buffer, carry), t, io, out)
 
     return shadow_scan(read, block, write, mixer.output, arrays, state, extras,
-                       mixer.slots_per_block), None
+                       mixer.slots_per_block, rebuild=not mixer.reads_written_only), None
 
 
 def read_groups(n: int, slots_per_block: int) -> tuple[list[int], list[int]]:
@@ -272,9 +287,9 @@ def decode_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"],
     def body(state, xs):
         arrays_t, t, layer = xs
         blk, p = eqx.combine(arrays_t, static)
-        io = shell.read(p, state, t)
+        io, through = shell.read_through(p, state, t)
         out = run_block(blk, io, causal=True, key=None, cache=layer, offset=offset)
-        return shell.write(p, state, t, io, out), out.cache
+        return shell.write(p, through, t, io, out), out.cache
 
     state, cache = jax.lax.scan(body, mixer.start(x_LxD, n), (arrays, jnp.arange(n), cache))
     return mixer.output(state), cache
@@ -295,6 +310,35 @@ def layer_of(stacked: Any, t: int) -> Any:
 def write_slot(buffer: Array, entry: Array, slot: Array) -> Array:
     """``buffer`` with ``entry`` in slot ``slot`` (leading axis), in place in a scan."""
     return jax.lax.dynamic_update_index_in_dim(buffer, entry.astype(buffer.dtype), slot, 0)
+
+
+@jax.custom_vjp
+def write_new_slot(buffer: Array, entry: Array, slot: Array) -> Array:
+    """:func:`write_slot` into a slot that holds the zeros of :func:`new_buffer` (written once,
+    by this call). Its backward pass reads the entry's cotangent from the slot and leaves the
+    buffer's cotangent as it is, rather than zeroing the slot: that slot's old value is
+    :func:`new_buffer`'s constant, which no gradient reaches, so the cotangent it would get is
+    never read (no earlier block reads or writes the slot). So the backward pass neither
+    copies nor rewrites the buffer's cotangent, which it would have to do while the block's
+    backward pass still reads the entry's cotangent from it."""
+    return write_slot(buffer, entry, slot)
+
+
+def _write_new_slot_fwd(buffer, entry, slot):
+    return write_slot(buffer, entry, slot), (slot, jnp.zeros((0,), entry.dtype))
+
+
+def _write_new_slot_bwd(res, g_buffer):
+    slot, like = res
+    g_entry = jax.lax.dynamic_index_in_dim(g_buffer, slot, keepdims=False).astype(like.dtype)
+    # the entry's cotangent as an array of its own, read before the buffer's cotangent moves
+    # on: else XLA fuses the read into each of the block's backward kernels, and copies the
+    # buffer's cotangent so that the next in-place update cannot overtake them
+    g_entry, g_buffer = jax.lax.optimization_barrier((g_entry, g_buffer))
+    return g_buffer, g_entry, None
+
+
+write_new_slot.defvjp(_write_new_slot_fwd, _write_new_slot_bwd)
 
 
 def new_buffer(x_LxD: Array, size: int) -> Array:

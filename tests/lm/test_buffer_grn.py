@@ -49,3 +49,38 @@ def test_kernel_refuses_a_buffer_of_another_size():
     grn = make_combiner("grn_v3", S, D, dtype=jnp.float64)
     with pytest.raises(ValueError, match=r"stack shape \(4, 3, 4\) does not match"):
         buffer_grns((grn,), jnp.zeros((S - 1, L, D), jnp.float64))
+
+
+@pytest.mark.parametrize("kinds, gate, count", [
+    (("grn_v3",) * 3, "bias_inside", 3), (("grn_v3",) * 3, "paper", 1),
+    (("grn_v1", "grn_v2", "grn_v3"), "open", S),
+])
+def test_counted_kernel_equals_the_combiners_on_the_written_slots(kinds, gate, count):
+    """``buffer_grns_through``: the GRNs of the buffer with the slots from ``count`` on zeroed,
+    the buffer passed through, and the buffer's cotangent that of both uses (the passed-through
+    buffer's own cotangent added in place), under ``vmap`` over a batch as in the model, with
+    ``count`` a traced integer as in the scan."""
+    from dca_theory.lm.buffer_grn import buffer_grns_through
+
+    buf = jax.random.normal(jax.random.PRNGKey(0), (2, S, L, D), jnp.float64)  # batch first
+    grns = [make_combiner(k, S, D, init="random", key=jax.random.PRNGKey(i), gate=gate,
+                          dtype=jnp.float64) for i, k in enumerate(kinds)]
+    cots = [jax.random.normal(jax.random.PRNGKey(10 + i), (2, L, D), jnp.float64)
+            for i in range(len(grns))]
+    later = jax.random.normal(jax.random.PRNGKey(20), (2, S, L, D), jnp.float64)
+    written = (jnp.arange(S) < count).reshape(-1, 1, 1)
+
+    def reference(grns, buf):
+        ys = jax.vmap(lambda b: tuple(g(jnp.where(written, b, 0)) for g in grns))(buf)
+        return sum(jnp.vdot(y, c) for y, c in zip(ys, cots)) + jnp.vdot(buf, later)
+
+    def kernel(grns, buf, n):
+        ys, through = jax.vmap(lambda b: buffer_grns_through(grns, b, n))(buf)
+        return sum(jnp.vdot(y, c) for y, c in zip(ys, cots)) + jnp.vdot(through, later)
+
+    want, g_want = jax.value_and_grad(reference, argnums=(0, 1))(grns, buf)
+    got, g_got = jax.jit(jax.value_and_grad(kernel, argnums=(0, 1)))(grns, buf,
+                                                                       jnp.asarray(count))
+    assert _max_rel(got, want) < 1e-12
+    for a, b in zip(jax.tree.leaves(g_got), jax.tree.leaves(g_want), strict=True):
+        assert _max_rel(a, b) < 1e-12

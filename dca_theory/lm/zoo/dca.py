@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm
-from dca_theory.lm.buffer_grn import buffer_grns
+from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import (
     BlockIO,
@@ -37,9 +37,9 @@ from dca_theory.lm.driver import (
     layer_of,
     new_buffer,
     stack_layers,
-    write_slot,
+    write_new_slot,
 )
-from dca_theory.lm.layer_stack import padded_block, picked_block, placed_block, scan_slots
+from dca_theory.lm.layer_stack import picked_block, placed_block, scan_slots
 from dca_theory.residual import GRNv3, stack_size
 
 
@@ -61,7 +61,9 @@ class DCAMixer(Mixer):
     k: int | None = eqx.field(static=True)
     n_layers: int = eqx.field(static=True)
 
-    narrows = True  # full DCA's buffer; k-DCA keeps no buffer
+    # full DCA's GRNs read the buffer through buffer_grns_through: only the slots written so
+    # far (k-DCA keeps no buffer)
+    reads_written_only = True
 
     @property
     def full(self) -> bool:
@@ -114,21 +116,25 @@ class DCAMixer(Mixer):
                     for n, g in (("q", p.grn_q), ("k", p.grn_k), ("v", p.grn_v))}
         return out | {"output": (self.final, self.n_layers)}
 
-    def narrow(self, p, width):
-        return eqx.tree_at(lambda q: (q.grn_q, q.grn_k, q.grn_v), p,
-                           tuple(padded_block(g, width) for g in (p.grn_q, p.grn_k, p.grn_v)))
-
     def _stack(self, state):
         return state.buffer if self.full else state.carry
 
     def read(self, p: DCALayer, state, t):
-        q_LxD, k_LxD, v_LxD = buffer_grns((p.grn_q, p.grn_k, p.grn_v), self._stack(state))
-        return BlockIO(q=q_LxD, k=k_LxD, v=v_LxD, r=q_LxD, kv_norms=(p.ln_k, p.ln_v))
+        return self.read_through(p, state, t)[0]
+
+    def read_through(self, p: DCALayer, state, t):
+        grns = (p.grn_q, p.grn_k, p.grn_v)
+        if self.full:  # block t has written slots 0..t
+            (q_LxD, k_LxD, v_LxD), buffer = buffer_grns_through(grns, state.buffer, t + 1)
+            state = State(buffer, ())
+        else:
+            q_LxD, k_LxD, v_LxD = buffer_grns(grns, state.carry)
+        return BlockIO(q=q_LxD, k=k_LxD, v=v_LxD, r=q_LxD, kv_norms=(p.ln_k, p.ln_v)), state
 
     def write(self, p, state, t, io, out):
         o_LxD = out.a + out.m
         if self.full:
-            return State(write_slot(state.buffer, o_LxD, t + 1), ())
+            return State(write_new_slot(state.buffer, o_LxD, t + 1), ())
         s = state.carry  # [x, middle, last k]: push o, the oldest of the last k joins middle
         recent = jnp.concatenate([s[2:], o_LxD[None].astype(s.dtype)])
         return State(None, jnp.concatenate([s[:1], (s[1] + recent[0])[None], recent[1:]]))

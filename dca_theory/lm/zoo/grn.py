@@ -24,7 +24,7 @@ import numpy as np
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import dtype_of
-from dca_theory.lm.buffer_grn import buffer_grns
+from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import (
     BlockIO,
@@ -33,7 +33,7 @@ from dca_theory.lm.driver import (
     layer_of,
     new_buffer,
     stack_layers,
-    write_slot,
+    write_new_slot,
 )
 from dca_theory.lm.layer_stack import padded_block, picked_block, placed_block
 from dca_theory.residual import AbstractGRN, make_combiner
@@ -46,7 +46,14 @@ class GRNMixer(Mixer):
     final: AbstractGRN
     slots: tuple[tuple[int, ...], ...] = eqx.field(static=True)  # per block, then the final
     windowed: bool = eqx.field(static=True)
-    narrows = True
+
+    @property
+    def narrows(self) -> bool:  # a window masks the buffer: its reads are cut to groups
+        return self.windowed
+
+    @property
+    def reads_written_only(self) -> bool:  # else: buffer_grns_through, written slots only
+        return not self.windowed
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key) -> GRNMixer:
@@ -97,10 +104,16 @@ class GRNMixer(Mixer):
         return State(new_buffer(x_LxD, n_layers + 1), ())
 
     def read(self, p, state, t):
-        return BlockIO(q=buffer_grns((p,), self._visible(state.buffer, t))[0])
+        return self.read_through(p, state, t)[0]
+
+    def read_through(self, p, state, t):
+        if self.windowed:
+            return BlockIO(q=buffer_grns((p,), self._visible(state.buffer, t))[0]), state
+        (g_LxD,), buffer = buffer_grns_through((p,), state.buffer, t + 1)  # slots 0..t
+        return BlockIO(q=g_LxD), State(buffer, state.carry)
 
     def write(self, p, state, t, io, out):
-        return State(write_slot(state.buffer, out.a + out.m, t + 1), ())
+        return State(write_new_slot(state.buffer, out.a + out.m, t + 1), ())
 
     def output(self, state):
         return buffer_grns((self.final,), self._visible(state.buffer, len(self.slots) - 1))[0]
