@@ -35,11 +35,10 @@ from dca_theory import schemes
 from dca_theory.lm.config import PRESETS, ModelConfig
 from dca_theory.lm.params import param_count
 
-# Totals the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions.
+# Totals the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions, from the
+# registry rows (``Scheme.paper_params_m``).
 PAPER_REPORTED_M: dict[str, float] = {
-    "vanilla": 49.65, "grn_v1": 49.65, "grn_v2": 49.66, "grn_v3": 49.68, "dca": 49.73,
-    "denseformer": 49.65, "hyper_connections": 49.68, "laurel_pa": 49.75,
-}
+    s.name: s.paper_params_m for s in schemes.SCHEMES if s.paper_params_m is not None}
 
 
 def _is_paper_size(cfg: ModelConfig) -> bool:
