@@ -32,9 +32,12 @@ so it has a theory but no toy combiner); "LM" schemes are
 ``ModelConfig.residual`` kinds, also used by the ViT.
 
 **Adding a GRN-like scheme** takes a row in :data:`SCHEMES` below and its combiner class in
-:mod:`dca_theory.residual` (CONTRIBUTING.md walks through one); the registry's tests and the
-operator's tests pick it up. Entering the theory (``theory=True``: an expressivity class, a
-construction, rows in ``dca-theory verify``) is a separate step.
+:mod:`dca_theory.residual` (the row names the GRN mixer for the LM); **any other LM scheme** a
+row and its mixer class in :mod:`dca_theory.lm.zoo` (``Scheme.mixer``), which holds how the
+scheme reads and writes the residual state and its closed-form parameter count
+(CONTRIBUTING.md walks through both); the registry's tests and the operator's tests pick
+either up. Entering the theory (``theory=True``: an expressivity class, a construction, rows in
+``dca-theory verify``) is a separate step.
 
 **Parameter counts.** :meth:`Scheme.combiner_params` is the one count of a combiner's
 parameters, used by the combiner classes, the toy nets, the LM and the theory. Over a depth-T
