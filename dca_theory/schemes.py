@@ -32,9 +32,12 @@ so it has a theory but no toy combiner); "LM" schemes are
 ``ModelConfig.residual`` kinds, also used by the ViT.
 
 **Adding a GRN-like scheme** takes a row in :data:`SCHEMES` below and its combiner class in
-:mod:`dca_theory.residual` (CONTRIBUTING.md walks through one); the registry's tests and the
-operator's tests pick it up. Entering the theory (``theory=True``: an expressivity class, a
-construction, rows in ``dca-theory verify``) is a separate step.
+:mod:`dca_theory.residual` (the row names the GRN mixer for the LM); **any other LM scheme** a
+row and its mixer class in :mod:`dca_theory.lm.zoo` (``Scheme.mixer``), which holds how the
+scheme reads and writes the residual state and its closed-form parameter count
+(CONTRIBUTING.md walks through both); the registry's tests and the operator's tests pick
+either up. Entering the theory (``theory=True``: an expressivity class, a construction, rows in
+``dca-theory verify``) is a separate step.
 
 **Parameter counts.** :meth:`Scheme.combiner_params` is the one count of a combiner's
 parameters, used by the combiner classes, the toy nets, the LM and the theory. Over a depth-T
@@ -77,14 +80,22 @@ class Scheme:
     gate_vector: bool = False  # combiner has one gate vector w in R^d (GRN-v3)
     query_vector: bool = False  # combiner has one pseudo-query q in R^d (AttnRes)
     gated: bool = False  # has GRN-v3 gates, so the gate choice applies (dca_theory.gates)
-    # the LM mixer class (dca_theory.lm.zoo), as "module:Class" so this table needs no jax
+    # the LM mixer class (dca_theory.lm.zoo), as "module:Class" so this table needs no jax;
+    # every ``lm`` scheme has one (it also holds the closed-form parameter count)
     mixer: str = ""
+    # the fewest residual streams (``ModelConfig.hc_expansion``) the LM kind accepts
+    min_hc_expansion: int = 1
+    # the total the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions
+    paper_params_m: float | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r} of {self.name!r}; valid: {FAMILIES}")
         if self.per_entry not in PER_ENTRY:
             raise ValueError(f"per_entry {self.per_entry!r} of {self.name!r}; valid: {PER_ENTRY}")
+        if self.lm and not self.mixer:
+            raise ValueError(f"LM scheme {self.name!r} has no mixer; valid: a 'module:Class' "
+                             "path to its dca_theory.lm.driver.Mixer subclass")
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -112,36 +123,37 @@ SCHEMES: tuple[Scheme, ...] = (
            toy=True, theory=True),
     Scheme("vanilla", "plain", "vanilla", "#4c4c4c", "plain residual sum (ResNet, pre-LN)",
            aliases=("res",), toy=True, theory=True, lm=True, retrofit=True,
-           mixer="dca_theory.lm.zoo.plain:VanillaMixer"),
+           mixer="dca_theory.lm.zoo.plain:VanillaMixer", paper_params_m=49.65),
     Scheme("grn_v1", "grn", "GRN-v1", "#1f77b4", "one scalar weight per stack entry",
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="scalar",
-           mixer=_GRN),
+           mixer=_GRN, paper_params_m=49.65),
     Scheme("grn_v2", "grn", "GRN-v2", "#d62728", "one weight vector per stack entry",
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
-           mixer=_GRN),
+           mixer=_GRN, paper_params_m=49.66),
     Scheme("grn_v3", "grn", "GRN-v3", "#2ca02c", "GRN-v2 plus an input-dependent ReLU gate",
            toy=True, theory=True, lm=True, grn_window=True, retrofit=True, per_entry="vector",
-           gate_vector=True, gated=True, mixer=_GRN),
+           gate_vector=True, gated=True, mixer=_GRN, paper_params_m=49.68),
     Scheme("dca", "dca", "DCA", "#ff7f0e", "three GRN-v3 per block for queries, keys, values",
            lm=True, takes_k=True, retrofit=True, gated=True,
-           mixer="dca_theory.lm.zoo.dca:DCAMixer"),
+           mixer="dca_theory.lm.zoo.dca:DCAMixer", paper_params_m=49.73),
     Scheme("denseformer", "baseline", "DenseFormer", "#8c564b",
            "depth-weighted average of earlier outputs", lm=True,
-           mixer="dca_theory.lm.zoo.denseformer:DenseFormerMixer"),
+           mixer="dca_theory.lm.zoo.denseformer:DenseFormerMixer", paper_params_m=49.65),
     Scheme("hyper_connections", "baseline", "Hyper-Connections", "#e377c2",
            "n residual streams mixed per block", lm=True,
-           mixer="dca_theory.lm.zoo.streams:HyperConnectionsMixer"),
+           mixer="dca_theory.lm.zoo.streams:HyperConnectionsMixer", paper_params_m=49.68),
     Scheme("laurel_lr", "baseline", "LAuReL-LR", "#bcbd22", "LAuReL low-rank residual", lm=True,
            mixer=_LAUREL),
     Scheme("laurel_pa", "baseline", "LAuReL-PA", "#17becf",
-           "LAuReL over previous activations", lm=True, mixer=_LAUREL),
+           "LAuReL over previous activations", lm=True, mixer=_LAUREL, paper_params_m=49.75),
     Scheme("attn_res", "baseline", "AttnRes", "#393b79",
            "softmax attention over depth with a pseudo-query per sublayer", toy=True,
            theory=True, lm=True, query_vector=True,
            mixer="dca_theory.lm.zoo.attn_res:AttnResMixer"),
     Scheme("mhc", "baseline", "mHC", "#ad494a",
            "Hyper-Connections with doubly stochastic (Sinkhorn) stream mixing", theory=True,
-           lm=True, mixer="dca_theory.lm.zoo.streams:MHCMixer"),
+           lm=True, mixer="dca_theory.lm.zoo.streams:MHCMixer",
+           min_hc_expansion=2),  # one stream has nothing to mix
     Scheme("muddformer", "baseline", "MUDDFormer", "#637939",
            "dynamic dense connections, separate q, k, v and residual streams", lm=True,
            retrofit=True, mixer="dca_theory.lm.zoo.muddformer:MuddFormerMixer"),

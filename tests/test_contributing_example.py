@@ -1,11 +1,12 @@
-"""CONTRIBUTING.md's worked example of a new stack scheme, executed as written.
+"""CONTRIBUTING.md's worked example of a new GRN-like scheme, executed as written.
 
 The example claims that a GRN-like scheme is a registry row plus a combiner class (two files).
 This test pastes its two snippets into a copy of the package, exactly where the text says they
 go, and checks in a fresh interpreter that everything the text promises follows: the toy net
 accepts the name, equals the plain ResNet at init (float64, 1e-12), counts its parameters from
 the registry, knows it is not linear (its gate depends on the input), and the LM builds it, runs
-it, and offers ``--grn-gate`` for it.
+it, and offers ``--grn-gate`` for it; the scanned trunk runs it through the GRN mixer its row
+names, with the per-block trunk's values and gradients under the paper's gate.
 """
 
 from __future__ import annotations
@@ -62,6 +63,37 @@ CHECKS = textwrap.dedent('''
                       vocab_size=11, max_len=8)
     logits = build_model(cfg, key=key)(jnp.arange(8) % 11)
     assert logits.shape == (8, 11) and bool(jnp.all(jnp.isfinite(logits)))
+
+    # The scanned trunk runs it through the GRN mixer its row names: the per-block trunk's
+    # function and gradients (weights perturbed off init so the gate acts) under the paper's
+    # gate (not the default), to 1e-10 of the largest magnitude in float64.
+    from dca_theory.lm.params import overhead
+    from dca_theory.lm.scanned import ScannedTrunk, param_count
+    from dca_theory.lm.trunks import Trunk
+    def perturbed(tree):
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        keys = jax.random.split(jax.random.PRNGKey(5), len(leaves))
+        return jax.tree_util.tree_unflatten(treedef, [
+            x + 0.3 * jax.random.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
+            for x, k in zip(leaves, keys)])
+    def loss(trunk, x):
+        return jnp.sum(jnp.sin(trunk(x, causal=True)))
+    def close(a, b):
+        a, b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+        scale = max(float(jnp.max(jnp.abs(y))) for y in b)
+        return len(a) == len(b) and all(
+            float(jnp.max(jnp.abs(x - y))) <= 1e-10 * scale for x, y in zip(a, b))
+    c64 = cfg.replace(param_dtype="float64", compute_dtype="float64", grn_gate="paper")
+    old = perturbed(Trunk(c64, key=key))
+    new = ScannedTrunk.from_trunk(old)
+    vanilla = ScannedTrunk.init(c64.replace(residual="vanilla", grn_gate="bias_inside"), key=key)
+    assert param_count(new) - param_count(vanilla) == overhead(c64)
+    x = jax.random.normal(key, (8, 8), jnp.float64)
+    grad = eqx.filter_jit(eqx.filter_value_and_grad(loss))
+    (l_old, g_old), (l_new, g_new) = grad(old, x), grad(new, x)
+    assert close(l_new, l_old), (l_new, l_old)
+    assert close(eqx.filter(g_new, eqx.is_array),
+                 eqx.filter(ScannedTrunk.from_trunk(g_old), eqx.is_array))
     print("example ok")
 ''')
 
@@ -69,7 +101,8 @@ CHECKS = textwrap.dedent('''
 def _snippets() -> tuple[str, str]:
     """The registry row and the class of the worked example, as printed."""
     text = (REPO / "CONTRIBUTING.md").read_text()
-    block = re.search(r"Worked example.*?```python\n(.*?)```", text, re.S).group(1)
+    block = re.search(r"Worked example \(a GRN-v1 with a gate.*?```python\n(.*?)```", text,
+                      re.S).group(1)
     row = block.split("# dca_theory/schemes.py, in SCHEMES\n")[1].split("\n\n# dca_theory/")[0]
     cls = block.split("# dca_theory/residual.py\n")[1].split("# ... and ")[0]
     return row, cls
@@ -81,7 +114,7 @@ def _insert(path: Path, anchor: str, text: str) -> None:
     path.write_text(source.replace(anchor, text + anchor))
 
 
-def test_worked_example_of_a_new_stack_scheme_runs_as_written(tmp_path):
+def test_worked_example_of_a_new_grn_scheme_runs_as_written(tmp_path):
     row, cls = _snippets()
     pkg = tmp_path / "dca_theory"
     shutil.copytree(REPO / "dca_theory", pkg, ignore=shutil.ignore_patterns("__pycache__"))

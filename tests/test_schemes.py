@@ -23,6 +23,16 @@ def test_every_toy_scheme_has_exactly_one_combiner_class():
         assert cls.kind == name
 
 
+def test_every_lm_scheme_names_a_mixer_class():
+    from dca_theory.lm.driver import Mixer
+    from dca_theory.lm.zoo import mixer_class
+
+    for name in schemes.names(lm=True):
+        assert issubclass(mixer_class(name), Mixer), name
+    with pytest.raises(ValueError, match="LM scheme 'x' has no mixer; valid: a 'module:Class'"):
+        schemes.Scheme("x", "baseline", "x", "#000000", "x", lm=True)
+
+
 def test_every_scheme_has_its_own_colour():
     colours = [s.color for s in schemes.SCHEMES]
     assert len(colours) == len(set(colours))

@@ -35,9 +35,11 @@ from dca_theory.residual import AbstractCombiner, stack_size
 
 def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
     """Labels of the stack entries a GRN sees after ``num_outputs`` block outputs."""
-    if cfg.residual != "dca" and cfg.grn_window is not None:  # Table 9: a window, no middle
+    # ModelConfig takes grn_window only for the registry's grn_window schemes and k only for
+    # its takes_k ones (k-DCA), so the config alone says which stack this is
+    if cfg.grn_window is not None:  # Table 9: a window, no middle
         return ["input" if i == 0 else f"out_{i - 1}" for i in cfg.grn_slots(num_outputs)]
-    k = cfg.k if cfg.residual == "dca" else None
+    k = cfg.k  # None: the full stack
     size = stack_size(num_outputs, k)
     if size == num_outputs + 1:
         return ["input"] + [f"out_{j}" for j in range(num_outputs)]

@@ -49,7 +49,7 @@ from jaxtyping import Array
 
 from dca_theory import gates
 from dca_theory.grn_formula import per_entry, per_feature
-from dca_theory.residual import AbstractGRN, GRNv3
+from dca_theory.residual import AbstractGRN
 
 #: entries per iteration of the forward pass's loop over the buffer (a loop, not one
 #: Python term per entry, so the program does not grow with the depth)
@@ -57,9 +57,11 @@ FORWARD_UNROLL = 4
 
 
 def buffer_grns(grns: Sequence[AbstractGRN], buffer: Array) -> tuple[Array, ...]:
-    """``tuple(g(buffer) for g in grns)`` (GRN-v1/v2/v3 of one gate, each of size
-    ``buffer.shape[0]``), through the lean kernel of the module docstring."""
-    names = {g.gate for g in grns if isinstance(g, GRNv3)}
+    """``tuple(g(buffer) for g in grns)`` (GRNs of one gate, each of size
+    ``buffer.shape[0]``), through the lean kernel of the module docstring. A GRN is gated
+    when it has a gate vector ``w`` (GRN-v3, or a new GRN kind with a gate), whatever its
+    class."""
+    names = {g.gate for g in grns if g.w is not None}
     if len(names) > 1:
         raise ValueError(f"buffer_grns needs one GRN-v3 gate, got {sorted(names)}")
     for g in grns:
@@ -130,14 +132,15 @@ def _grns_bwd(gate, residuals, d_outs):
     bs, ws, h, pres = residuals
     spec = gates.get(gate)
     cols = _columns(ws)
-    batch = tuple(range(1, h.ndim - 1))  # the batch axes of the buffer (after S)
     d_h = jnp.zeros_like(h)
     d_bs, d_ws = [], []
     for b, w, m, dy in zip(bs, ws, cols, d_outs):
         dy = dy.astype(h.dtype)[None]
+        # b̄ sums over the batch, and over the features too for a scalar b per entry
+        b_axes = tuple(range(1, h.ndim - (b.ndim == 2)))
         if m is None:  # v1 / v2: c = b
             prod = dy * h
-            d_b = jnp.sum(prod, axis=tuple(range(1, h.ndim - (b.ndim == 2))))
+            d_b = jnp.sum(prod, axis=b_axes)
             d_h = d_h + per_entry(b.astype(h.dtype), h) * dy
             d_bs.append(d_b.astype(b.dtype))
             d_ws.append(None)
@@ -150,11 +153,11 @@ def _grns_bwd(gate, residuals, d_outs):
             c = spec.nonlinearity(inside)
             prod = jnp.where(mask, dy * h, 0)
             d_pre = jnp.sum(prod, axis=-1)
-            d_b = jnp.sum(prod, axis=batch)
+            d_b = jnp.sum(prod, axis=b_axes)
         else:
             c = b_full + spec.nonlinearity(pre)[..., None]
             prod = dy * h
-            d_b = jnp.sum(prod, axis=batch)
+            d_b = jnp.sum(prod, axis=b_axes)
             d_pre = jnp.where(spec.derivative_mask(pre), jnp.sum(prod, axis=-1), 0)
         d_h = d_h + c * dy + d_pre[..., None] * per_feature(w.astype(h.dtype), h)
         d_w = jnp.tensordot(d_pre, h, axes=(tuple(range(h.ndim - 1)),) * 2)

@@ -112,8 +112,10 @@ def _configs(args) -> tuple[ModelConfig, LMTrainConfig]:
     if args.residual is not None:
         model_cfg = model_cfg.replace(residual=args.residual)
     if args.k is not None:
-        if model_cfg.residual != "dca":
-            raise ValueError(f"--k {args.k} needs --residual dca (got {model_cfg.residual})")
+        if not schemes.get(model_cfg.residual).takes_k:
+            raise ValueError(f"--k {args.k} needs --residual "
+                             f"{' or '.join(schemes.names(lm=True, takes_k=True))} "
+                             f"(got {model_cfg.residual})")
         model_cfg = model_cfg.replace(k=args.k)
     if args.grn_gate is not None and not schemes.get(model_cfg.residual).gated:
         gated = ", ".join(n for n in schemes.names(lm=True) if schemes.get(n).gated)

@@ -101,9 +101,10 @@ class ModelConfig:
                     f"{' or '.join(map(repr, schemes.names(lm=True, takes_k=True)))}, "
                     f"got residual={self.residual!r}"
                 )
-        if self.residual == "mhc" and self.hc_expansion < 2:
-            raise ValueError(f"residual='mhc' needs hc_expansion >= 2 (one stream has nothing "
-                             f"to mix), got {self.hc_expansion}")
+        low = schemes.get(self.residual).min_hc_expansion  # mHC: one stream has nothing to mix
+        if self.hc_expansion < low:
+            raise ValueError(f"residual={self.residual!r} needs hc_expansion >= {low}, "
+                             f"got {self.hc_expansion}")
         for name in ("param_dtype", "compute_dtype"):
             value = getattr(self, name)
             if value not in DTYPES and not (name == "compute_dtype" and value is None):
@@ -116,9 +117,6 @@ class ModelConfig:
         if self.layer_loop not in LAYER_LOOPS:
             raise ValueError(f"unknown layer_loop {self.layer_loop!r}; valid: "
                              f"{', '.join(LAYER_LOOPS)}")
-        if self.layer_loop == "scan" and not schemes.get(self.residual).mixer:
-            raise ValueError(f"layer_loop='scan' needs a mixer for residual={self.residual!r}; "
-                             f"valid: {', '.join(s.name for s in schemes.SCHEMES if s.mixer)}")
         self._check_grn_window()
 
     def _check_grn_window(self) -> None:

@@ -51,6 +51,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dropout, split_or_none
 from dca_theory.lm.buffer_scans import shadow_scan, write_once_scan
+from dca_theory.lm.config import ModelConfig
 
 #: groups of consecutive blocks whose buffer reads are cut to what their last block can read
 #: (one ``lax.switch`` branch each in the scan body): a mixer that :attr:`~Mixer.narrows`
@@ -143,6 +144,14 @@ class Mixer(eqx.Module):
     #: recomputes them on the final buffer as it is, not on a rebuilt copy with those slots
     #: zeroed (:mod:`dca_theory.lm.buffer_scans`)
     reads_written_only: ClassVar[bool] = False
+
+    @classmethod
+    @abc.abstractmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        """The parameters this scheme adds to the vanilla model of ``cfg``'s size, in closed
+        form from ``cfg`` alone (no arrays: ``dca-theory lm info`` counts the paper preset
+        without building it). It equals ``param_count()`` of the mixer ``init(cfg)`` builds,
+        its stored zero padding excluded (tested for every kind); the blocks are vanilla's."""
 
     @abc.abstractmethod
     def start(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:

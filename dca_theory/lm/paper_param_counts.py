@@ -35,11 +35,10 @@ from dca_theory import schemes
 from dca_theory.lm.config import PRESETS, ModelConfig
 from dca_theory.lm.params import param_count
 
-# Totals the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions.
+# Totals the paper reports for its 6-layer LM1B model (Tables 5 and 7), in millions, from the
+# registry rows (``Scheme.paper_params_m``).
 PAPER_REPORTED_M: dict[str, float] = {
-    "vanilla": 49.65, "grn_v1": 49.65, "grn_v2": 49.66, "grn_v3": 49.68, "dca": 49.73,
-    "denseformer": 49.65, "hyper_connections": 49.68, "laurel_pa": 49.75,
-}
+    s.name: s.paper_params_m for s in schemes.SCHEMES if s.paper_params_m is not None}
 
 
 def _is_paper_size(cfg: ModelConfig) -> bool:
@@ -50,15 +49,16 @@ def _is_paper_size(cfg: ModelConfig) -> bool:
 def info_rows(cfg: ModelConfig) -> list[dict]:
     """One row per residual kind (and k-DCA when ``cfg.k`` is set) at ``cfg``'s sizes."""
     base = cfg.replace(residual="vanilla", k=None)
-    lm_schemes = schemes.names(lm=True)
-    variants = [base.replace(residual=kind) for kind in lm_schemes]
-    if cfg.k is not None:
-        variants.insert(lm_schemes.index("dca") + 1, base.replace(residual="dca", k=cfg.k))
+    variants = []
+    for kind in schemes.names(lm=True):
+        variants.append(base.replace(residual=kind))
+        if cfg.k is not None and schemes.get(kind).takes_k:  # k-DCA after DCA
+            variants.append(base.replace(residual=kind, k=cfg.k))
     vanilla = param_count(base)
     rows = []
     for v in variants:
         n = param_count(v)
-        name = v.residual if v.k is None else f"dca (k={v.k})"
+        name = v.residual if v.k is None else f"{v.residual} (k={v.k})"
         paper = PAPER_REPORTED_M.get(v.residual) if _is_paper_size(cfg) and v.k is None else None
         rows.append({"residual": name, "params": n, "overhead": n - vanilla,
                      "overhead_pct": 100.0 * (n - vanilla) / vanilla, "paper_M": paper})

@@ -5,13 +5,16 @@ magnitude (float64 summation-order differences are ~1e-15; a wrong backward term
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from dca_theory.lm.buffer_grn import buffer_grns
-from dca_theory.residual import make_combiner
+from dca_theory.residual import AbstractGRN, make_combiner
 
 S, L, D = 5, 3, 4
 
@@ -43,6 +46,37 @@ def test_kernel_equals_the_combiners_in_value_and_gradient(kinds, gate):
     assert _max_rel(got, want) < 1e-12
     for a, b in zip(jax.tree.leaves(g_got), jax.tree.leaves(g_want), strict=True):
         assert _max_rel(a, b) < 1e-12
+
+
+class _ScalarGated(AbstractGRN):
+    """A GRN of a kind the kernel was not written for: one scalar b per entry and GRN-v3's
+    gate (CONTRIBUTING.md's ``grn_v1_gated``), so its gate and b's shape come from its arrays."""
+
+    kind: ClassVar[str] = "grn_v1"
+    b: jax.Array
+    w: jax.Array
+    size: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    gate: str = eqx.field(static=True)
+
+    @classmethod
+    def identity(cls, size, dim, *, dtype, gate, key=None):
+        return cls(b=jnp.ones((size,), dtype), w=jnp.zeros((dim,), dtype), size=size, dim=dim,
+                   gate=gate)
+
+
+@pytest.mark.parametrize("gate", ["paper", "bias_inside"])
+def test_kernel_takes_the_gate_and_a_scalar_b_of_any_gated_grn(gate):
+    k_b, k_w, k_h, k_c = jax.random.split(jax.random.PRNGKey(3), 4)
+    grn = _ScalarGated(b=jax.random.normal(k_b, (S,), jnp.float64),
+                       w=jax.random.normal(k_w, (D,), jnp.float64), size=S, dim=D, gate=gate)
+    buf = jax.random.normal(k_h, (S, L, D), jnp.float64)
+    cot = jax.random.normal(k_c, (L, D), jnp.float64)
+    want = jax.grad(lambda g, h: jnp.vdot(g(h), cot), argnums=(0, 1))(grn, buf)
+    got = jax.grad(lambda g, h: jnp.vdot(buffer_grns((g,), h)[0], cot), argnums=(0, 1))(grn, buf)
+    assert _max_rel(buffer_grns((grn,), buf)[0], grn(buf)) < 1e-12
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert a.shape == b.shape and _max_rel(a, b) < 1e-12
 
 
 def test_kernel_refuses_a_buffer_of_another_size():

@@ -67,3 +67,38 @@ def test_matched_vanilla_d_mlp_matches_dca_non_embedding_count(width):
     assert abs(mismatch) <= per_unit / 2 and d_mlp > 4 * width
     # the closed form counts the trunk of the built model: embeddings and output excluded
     assert traced_param_count(matched) - non_embedding_count(matched) == 50 * width * 2 + 50
+
+
+# Two tiny shapes, the second with more streams, a higher LAuReL rank, a k-DCA middle slot
+# and a Table 9 window: every closed form's terms in D, T, n, r, k and the window.
+SHAPES = [ModelConfig(vocab_size=11, max_len=4, d_model=8, n_heads=2, d_mlp=16, n_layers=2),
+          ModelConfig(vocab_size=11, max_len=4, d_model=12, n_heads=3, d_mlp=8, n_layers=3,
+                      hc_expansion=3, laurel_rank=2)]
+SCANNED = ([{"residual": r} for r in LM_RESIDUALS]
+           + [{"residual": "dca", "k": 1}, {"residual": "grn_v2", "grn_window": 2}])
+
+
+@pytest.mark.parametrize("changes", SCANNED, ids=lambda c: "-".join(map(str, c.values())))
+def test_mixer_closed_form_equals_the_scanned_trunks_arrays(changes):
+    # Each mixer class's overhead(cfg) (no arrays) against the trunk its init builds: the
+    # blocks are vanilla's, so the trunk's count less vanilla's is the mixer's.
+    from dca_theory.lm.params import overhead
+    from dca_theory.lm.scanned import param_count as trunk_count
+
+    for base in SHAPES:
+        cfg = base.replace(**changes)
+        trunk, vanilla = (_zeros_like_init(c) for c in (cfg, base))
+        assert overhead(cfg) == trunk_count(trunk) - trunk_count(vanilla), cfg
+
+
+def _zeros_like_init(cfg):
+    """``ScannedTrunk.init(cfg)``'s structure with zero arrays of its shapes: the counts read
+    shapes only, and tracing the init is much quicker than running it op by op."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from dca_theory.lm.scanned import ScannedTrunk
+
+    shapes = eqx.filter_eval_shape(ScannedTrunk.init, cfg, key=jax.random.PRNGKey(0))
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes,
+                        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))

@@ -67,6 +67,11 @@ class AttnResMixer(Mixer):
                   for t in range(cfg.n_layers)]
         return cls(layers=stack_layers(layers), final=over_buffer(mixers[-1]))
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # 2D(2T + 1): (w, g) per sublayer (two per block) and the output's
+        return 2 * cfg.d_model * (2 * cfg.n_layers + 1)
+
     def param_count(self) -> int:
         return 2 * self.final.dim * self.final.size  # (w, g) per sublayer and the output
 

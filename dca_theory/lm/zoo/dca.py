@@ -92,6 +92,16 @@ class DCAMixer(Mixer):
         return cls(layers=stack_layers(layers), final=trunk.final, k=cfg.k,
                    n_layers=cfg.n_layers)
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # per block three GRN-v3 (3 (S_t D + D)) and two more LayerNorms than vanilla
+        # (LN_q, LN_k, LN_v, LN_h instead of LN_1, LN_2: +4D); plus the output GRN-v3;
+        # k-DCA caps S_t at k + 2
+        d, t, grn_v3 = cfg.d_model, cfg.n_layers, schemes.get("grn_v3")
+        grns = sum(3 * grn_v3.combiner_params(stack_size(i, cfg.k), d) for i in range(t))
+        final = grn_v3.combiner_params(stack_size(t, cfg.k), d)
+        return grns + final + t * 2 * 2 * d
+
     def param_count(self) -> int:
         grn_v3, d = schemes.get("grn_v3"), self.final.dim
         grns = sum(3 * grn_v3.combiner_params(stack_size(t, self.k), d)

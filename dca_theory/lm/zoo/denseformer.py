@@ -46,6 +46,11 @@ class DenseFormerMixer(Mixer):
         width = trunk.cfg.n_layers + 1
         return cls(layers=stack_layers([padded_block(c, width) for c in trunk.dwa]))
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # Σ_{i=1}^{T} (i + 1): DWA i - 1 weighs the states X_0 … X_i
+        return sum(i + 1 for i in range(1, cfg.n_layers + 1))
+
     def param_count(self) -> int:
         n = self.layers.b.shape[0]
         return sum(t + 2 for t in range(n))  # DWA t weighs X_0 … X_{t+1}

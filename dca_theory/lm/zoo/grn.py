@@ -76,6 +76,15 @@ class GRNMixer(Mixer):
     def from_trunk(cls, trunk) -> GRNMixer:
         return cls.from_grns(trunk.cfg, trunk.grns)
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # one GRN over S_t = t + 1 entries per block plus the output GRN over T + 1:
+        # Σ_{s=1}^{T+1} s, D Σ s and D Σ s + D(T+1) for v1, v2, v3 (§4.2's counts plus the
+        # output GRN); with grn_window (Table 9) each s is len(cfg.grn_slots(t))
+        sizes = [len(cfg.grn_slots(i)) for i in range(cfg.n_layers + 1)]
+        return schemes.network_combiner_params(cfg.residual, cfg.n_layers, cfg.d_model,
+                                               stack_sizes=sizes)
+
     def param_count(self) -> int:
         return schemes.network_combiner_params(self.final.kind, len(self.slots) - 1,
                                                self.final.dim,

@@ -69,6 +69,14 @@ class LaurelMixer(Mixer):
         return cls(layers=stack_layers([LaurelLayer(lr, padded_block(g, width))
                                         for lr, g in zip(low_rank, gammas)]), previous=True)
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # laurel_lr 2 T D r (A_t and B_t); laurel_pa adds Σ_{i=1}^{T} i (γ_t over t + 1 states)
+        low_rank = cfg.n_layers * 2 * cfg.d_model * cfg.laurel_rank
+        if cfg.residual == "laurel_pa":
+            return low_rank + sum(range(1, cfg.n_layers + 1))
+        return low_rank
+
     def param_count(self) -> int:
         low_rank = sum(x.size for x in jax.tree.leaves(self.layers.low_rank))
         n = self.layers.low_rank.a_DxR.shape[0]

@@ -60,6 +60,13 @@ class MuddFormerMixer(Mixer):
         width = cfg.n_layers + 1
         return cls(layers=stack_layers([_padded(agg, width) for agg in dense]))
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # Σ_{i<T} (D w_i + w_i² + w_i) with w_i = C_i (i + 2), C_i = 4 (1 for the last block)
+        t = cfg.n_layers
+        widths = [(MUDD_STREAMS if i < t - 1 else 1) * (i + 2) for i in range(t)]
+        return sum(cfg.d_model * w + w * w + w for w in widths)
+
     def param_count(self) -> int:
         # per aggregate D·O + O² + O real entries, O = C_i·S_i (the padding excluded)
         n, d = self.layers.w1_DxH.shape[:2]

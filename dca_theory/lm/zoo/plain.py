@@ -21,6 +21,10 @@ class VanillaMixer(Mixer):
     def from_trunk(cls, trunk) -> VanillaMixer:
         return cls()
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        return 0
+
     def param_count(self) -> int:
         return 0
 

@@ -92,6 +92,12 @@ class HyperConnectionsMixer(StreamsMixer):
     trunk_field: ClassVar[str] = "hcs"
     residual_mix: ClassVar[str] = "lnm,lnd->lmd"  # A_r^T H
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # T (4D + nD + 2 + 2n + n²) (see dca_theory.lm.baselines)
+        d, n = cfg.d_model, cfg.hc_expansion
+        return cfg.n_layers * (2 * d + 2 * d + n * d + 2 + 2 * n + n * n)
+
     @staticmethod
     def weights(p: HyperConnection, h_LxNxD):  # HC gives (B, A_m, A_r): out, in, res
         b_LxN, am_LxN, ar_LxNxN = p.weights(h_LxNxD)
@@ -106,3 +112,10 @@ class MHCMixer(StreamsMixer):
     connection: ClassVar[type] = ManifoldHyperConnection
     trunk_field: ClassVar[str] = "mhcs"
     residual_mix: ClassVar[str] = "lij,ljd->lid"  # H^res H
+
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # T (nD m + m + 3) with m = n² + 2n (see dca_theory.lm.mhc)
+        n = cfg.hc_expansion
+        m = n * n + 2 * n
+        return cfg.n_layers * (n * cfg.d_model * m + m + 3)

@@ -51,6 +51,11 @@ class ValueResidualMixer(Mixer):
         lam = jnp.zeros_like(self.layers).at[1:, 0].set(1)
         return eqx.tree_at(lambda m: m.layers, self, lam)
 
+    @classmethod
+    def overhead(cls, cfg: ModelConfig) -> int:
+        # 2(T − 1): (λ_own, λ_first) for every block after the first
+        return 2 * (cfg.n_layers - 1)
+
     def param_count(self) -> int:
         return 2 * (self.layers.shape[0] - 1)
 
