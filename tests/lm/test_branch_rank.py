@@ -35,10 +35,8 @@ def models():
 
 def _jacobians(model, t=0, n=4):
     windows, positions = R.sample_positions(np.arange(300) % F64.vocab_size, 16, n)
-    inputs = [R.block_inputs(model, w) for w in windows]
-    q, k, v = (np.stack([inp[t][j] for inp in inputs]) for j in range(3))
-    blk = model.trunk.blocks[t]
-    jac = np.asarray(B.sublayer_jacobians(R.branch_parts(blk), q, k, v, jnp.asarray(positions)))
+    branch = R.layer_branches(model, windows)[t]
+    jac = np.asarray(B.sublayer_jacobians(branch, jnp.asarray(positions)))
     return jac, R.layer_jacobians(model, windows, positions)[t]
 
 
