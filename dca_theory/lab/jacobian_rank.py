@@ -56,8 +56,8 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from dca_theory import schemes
+from dca_theory.lab.analysis import stacked_trunk
 from dca_theory.lm.driver import layer_of, run_trunk
-from dca_theory.lm.scanned import ScannedTrunk
 from dca_theory.lm.zoo import mixer_class
 from dca_theory.sim.rank import JacobianRank
 from dca_theory.spectra import effective_rank, numerical_rank, singular_values, stable_rank
@@ -85,9 +85,7 @@ def scanned_model(model):
                  if s.mixer and not mixer_class(s.name).hooks_block]
         raise ValueError(f"the branch Jacobian analyses read a block's q/k/v/r inputs only; "
                          f"residual {kind!r} hands its block a hook; valid: {', '.join(valid)}")
-    if isinstance(model.trunk, ScannedTrunk):
-        return model
-    return eqx.tree_at(lambda m: m.trunk, model, ScannedTrunk.from_trunk(model.trunk))
+    return eqx.tree_at(lambda m: m.trunk, model, stacked_trunk(model.trunk))
 
 
 @eqx.filter_jit
