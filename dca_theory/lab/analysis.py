@@ -29,7 +29,7 @@ from jaxtyping import Array, ArrayLike, Int
 from dca_theory.io import write_json
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.model import TransformerLM
-from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
+from dca_theory.lm.scanned import ScannedTrunk
 from dca_theory.residual import AbstractCombiner, stack_size
 
 
@@ -47,21 +47,17 @@ def slot_labels(cfg: ModelConfig, num_outputs: int) -> list[str]:
     return ["input", f"middle_0..{n_mid - 1}"] + [f"out_{j}" for j in range(n_mid, num_outputs)]
 
 
+def stacked_trunk(trunk):
+    """``trunk`` in the stacked layout (:class:`~dca_theory.lm.scanned.ScannedTrunk`),
+    converted exactly if per-block, so that every analysis reads one layout."""
+    return trunk if isinstance(trunk, ScannedTrunk) else ScannedTrunk.from_trunk(trunk)
+
+
 def named_grns(model: TransformerLM) -> dict[str, tuple[AbstractCombiner, int]]:
-    """Every GRN of the model with the number of block outputs its stack holds."""
-    trunk, out = model.trunk, {}
-    if hasattr(trunk, "mixer"):  # the scanned trunk: its mixer names them
-        return trunk.mixer.named_combiners()
-    if isinstance(trunk, DCATrunk):
-        for t, blk in enumerate(trunk.blocks):
-            out |= {f"block_{t}.q": (blk.grn_q, t), f"block_{t}.k": (blk.grn_k, t),
-                    f"block_{t}.v": (blk.grn_v, t)}
-        out["output"] = (trunk.final, len(trunk.blocks))
-    elif isinstance(trunk, ResidualTrunk) and trunk.grns is not None:
-        for t, grn in enumerate(trunk.grns[:-1]):
-            out[f"block_{t}"] = (grn, t)
-        out["output"] = (trunk.grns[-1], len(trunk.blocks))
-    else:
+    """Every GRN of the model with the number of block outputs its stack holds (its mixer
+    names them, :meth:`~dca_theory.lm.driver.Mixer.named_combiners`)."""
+    out = stacked_trunk(model.trunk).mixer.named_combiners()
+    if not out:
         raise ValueError(f"residual={model.cfg.residual!r} has no GRNs; valid: grn_v1, grn_v2, "
                          "grn_v3, dca")
     return out

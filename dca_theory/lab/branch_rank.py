@@ -10,11 +10,12 @@ says nothing about how the spectrum is spread; here the entropy-based effective 
 separately, since a full-rank MLP could hide a low-rank attention or the reverse.
 
 **The three Jacobians** of block ``t`` at token ``i`` (notation of :mod:`.jacobian_rank`:
-``a = Attn(LN_q q, LN_k k, LN_v v)``, ``h = q + a``, ``m = MLP(LN_h h)``, ``f = a + m``):
+``a = Attn(LN_1 q, LN_k k, LN_v v)``, ``h = r + a``, ``m = MLP(LN_2 h)``, ``f = a + m``), for
+every kind :mod:`.jacobian_rank` reads, from the same stacked-layout branches:
 
 * ``attn``: :math:`\partial a_i / \partial u` for a shift ``u`` of token ``i``'s inputs
-  ``q, k, v`` together (every other position fixed), the attention sublayer's response to its
-  input;
+  ``q, k, v, r`` together (every other position fixed), the attention sublayer's response to
+  its input;
 * ``mlp``: :math:`\partial m_i / \partial h_i`, the MLP sublayer's Jacobian with respect to its
   own input (exact per token: the MLP does not mix positions);
 * ``update``: :math:`\partial f_i / \partial u`, the residual update the block adds, equal to
@@ -35,45 +36,52 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dca_theory.lab.jacobian_rank import block_inputs, branch_parts, sample_positions
+from dca_theory.lab.jacobian_rank import (
+    Branch,
+    layer_branches,
+    per_window,
+    sample_positions,
+    shifted,
+)
 from dca_theory.spectra import effective_rank, stable_rank
 
 #: the sublayers whose Jacobians are measured, in the order of :func:`sublayer_jacobians`
 SUBLAYERS: tuple[str, ...] = ("attn", "mlp", "update")
 
 
-def _sublayer_outputs(parts: tuple, q_LxD: Array, k_LxD: Array, v_LxD: Array,
-                      i: Int[Array, ""]) -> tuple[Array, Array, Array]:
+def _sublayer_outputs(branch: Branch, i: Int[Array, ""]) -> tuple[Array, Array, Array]:
     """``(a_i, h_i, f_i)`` at token ``i``: attention output, MLP input, residual update."""
-    ln_q, ln_k, ln_v, attn, ln_h, mlp = parts
-    a_D = attn(ln_q(q_LxD), ln_k(k_LxD), ln_v(v_LxD), causal=True)[i].astype(q_LxD.dtype)
-    h_D = q_LxD[i] + a_D
+    ln_q, ln_k, ln_v, attn, ln_h, mlp = branch.parts
+    q_LxD = branch.q
+    a_D = attn(ln_q(q_LxD), ln_k(branch.k), ln_v(branch.v), causal=True)[i].astype(q_LxD.dtype)
+    h_D = branch.r[i] + a_D
     return a_D, h_D, a_D + mlp(ln_h(h_D)[None])[0].astype(q_LxD.dtype)
 
 
 @eqx.filter_jit
-def sublayer_jacobians(parts: tuple, q_NxLxD: Array, k_NxLxD: Array, v_NxLxD: Array,
-                       positions_N: Int[Array, " N"]) -> Float[Array, "3 N D D"]:
+def sublayer_jacobians(branch: Branch, positions_N: Int[Array, " N"]) -> Float[Array, "3 N D D"]:
     """The ``attn``, ``mlp`` and ``update`` Jacobians (module doc) of window ``n`` at position
-    ``positions_N[n]``, stacked in the order of :data:`SUBLAYERS`."""
-    _, L, D = q_NxLxD.shape
-    mlp_part = lambda h_D: parts[5](parts[4](h_D)[None])[0].astype(h_D.dtype)  # noqa: E731
+    ``positions_N[n]``, stacked in the order of :data:`SUBLAYERS` (``branch``'s inputs
+    ``N×L×D``)."""
+    D = branch.q.shape[-1]
+    ln_h, mlp = branch.parts[4:]
+    mlp_part = lambda h_D: mlp(ln_h(h_D)[None])[0].astype(h_D.dtype)  # noqa: E731
+    xs, window = per_window(branch)
 
     def one(args):
-        q_LxD, k_LxD, v_LxD, i = args
+        qkvr, i = args
+        b = window(qkvr)
 
-        def shifted(u_D):
-            shift_LxD = jnp.where((jnp.arange(L) == i)[:, None], u_D[None, :], 0.0)
-            a_D, _, f_D = _sublayer_outputs(parts, q_LxD + shift_LxD, k_LxD + shift_LxD,
-                                            v_LxD + shift_LxD, i)
+        def attn_update(u_D):
+            a_D, _, f_D = _sublayer_outputs(shifted(b, i, u_D), i)
             return jnp.stack([a_D, f_D])
 
-        j_attn, j_update = jax.jacfwd(shifted)(jnp.zeros((D,), q_LxD.dtype))
-        h_D = _sublayer_outputs(parts, q_LxD, k_LxD, v_LxD, i)[1]
+        j_attn, j_update = jax.jacfwd(attn_update)(jnp.zeros((D,), b.q.dtype))
+        h_D = _sublayer_outputs(b, i)[1]
         return jnp.stack([j_attn, jax.jacfwd(mlp_part)(h_D), j_update])
 
     # a few windows at a time: D tangents x L x D per window would not fit all at once
-    out_Nx3xDxD = jax.lax.map(one, (q_NxLxD, k_NxLxD, v_NxLxD, positions_N), batch_size=8)
+    out_Nx3xDxD = jax.lax.map(one, (xs, positions_N), batch_size=8)
     return jnp.moveaxis(out_Nx3xDxD, 1, 0)
 
 
@@ -95,11 +103,8 @@ def branch_rank_profile(model, valid_tokens: np.ndarray, seq_len: int, n: int,
     """:func:`sublayer_rank_stats` of every block of ``model`` (``layer`` 0-based) at ``n``
     random validation positions (:func:`.jacobian_rank.sample_positions`)."""
     windows, positions = sample_positions(valid_tokens, seq_len, n, seed)
-    inputs = [block_inputs(model, w) for w in windows]  # [window][block] -> (q, k, v)
     out = []
-    for t, blk in enumerate(model.trunk.blocks):
-        q, k, v = (np.stack([inp[t][j] for inp in inputs]) for j in range(3))
-        jac = np.asarray(sublayer_jacobians(branch_parts(blk), q, k, v,
-                                            jnp.asarray(positions)))
+    for t, branch in enumerate(layer_branches(model, windows)):
+        jac = np.asarray(sublayer_jacobians(branch, jnp.asarray(positions)))
         out.append({"layer": t, **sublayer_rank_stats(jac)})
     return out

@@ -61,15 +61,19 @@ def buffer_grns(grns: Sequence[AbstractGRN], buffer: Array) -> tuple[Array, ...]
     ``buffer.shape[0]``), through the lean kernel of the module docstring. A GRN is gated
     when it has a gate vector ``w`` (GRN-v3, or a new GRN kind with a gate), whatever its
     class."""
+    gate = _one_gate(grns, buffer, "buffer_grns")
+    return _grns(gate, tuple(g.b for g in grns), tuple(g.w for g in grns), buffer)
+
+
+def _one_gate(grns: Sequence[AbstractGRN], buffer: Array, who: str) -> str:
+    """The gate of ``grns``' gated members (those with a gate vector ``w``), checked to be one,
+    and each GRN checked to span the buffer."""
     names = {g.gate for g in grns if g.w is not None}
     if len(names) > 1:
-        raise ValueError(f"buffer_grns needs one GRN-v3 gate, got {sorted(names)}")
+        raise ValueError(f"{who} needs one GRN-v3 gate, got {sorted(names)}")
     for g in grns:
         g.check_stack(buffer)
-    gate = names.pop() if names else gates.DEFAULT_GATE
-    bs = tuple(g.b for g in grns)
-    ws = tuple(g.w for g in grns)
-    return _grns(gate, bs, ws, buffer)
+    return names.pop() if names else gates.DEFAULT_GATE
 
 
 def _pre_activations(ws: tuple, buffer: Array) -> Array | None:
@@ -182,12 +186,7 @@ def buffer_grns_through(grns: Sequence[AbstractGRN], buffer: Array, count: Array
     would cost). A GRN's entries from ``count`` on weigh zeros, so the value and every
     gradient equal the reference's on ``B`` (tested in float64); the rows of ``b`` from
     ``count`` on get gradient 0, as there."""
-    names = {g.gate for g in grns if isinstance(g, GRNv3)}
-    if len(names) > 1:
-        raise ValueError(f"buffer_grns_through needs one GRN-v3 gate, got {sorted(names)}")
-    for g in grns:
-        g.check_stack(buffer)
-    gate = names.pop() if names else gates.DEFAULT_GATE
+    gate = _one_gate(grns, buffer, "buffer_grns_through")
     return _through(gate, tuple(g.b for g in grns), tuple(g.w for g in grns), buffer,
                     jnp.asarray(count))
 
@@ -196,11 +195,10 @@ def _entry_terms(spec, b, w, h, pre, dy):
     """One GRN's backward terms at one entry: ``(d_h, d_b, d_pre)`` for entry ``h``
     (``*batch × D``), its ``b`` row, its ``w`` (``None`` for v1/v2), ``pre = w · h`` and the
     output cotangent ``dy``."""
-    batch = tuple(range(h.ndim - 1))
+    # b's gradient sums over the batch, and over the features too for a scalar b_i
+    b_axes = tuple(range(h.ndim - 1)) + ((h.ndim - 1,) if b.ndim == 0 else ())
     if w is None:  # v1 / v2: c = b
-        prod = dy * h
-        d_b = jnp.sum(prod, axis=batch + ((h.ndim - 1,) if b.ndim == 0 else ()))
-        return per_feature(b.astype(h.dtype), h) * dy, d_b, None
+        return per_feature(b.astype(h.dtype), h) * dy, jnp.sum(dy * h, axis=b_axes), None
     b_row = per_feature(b.astype(h.dtype), h)
     if spec.bias_inside:
         inside = b_row + pre[..., None]
@@ -212,7 +210,7 @@ def _entry_terms(spec, b, w, h, pre, dy):
         prod = dy * h
         d_pre = jnp.where(spec.derivative_mask(pre), jnp.sum(prod, axis=-1), 0)
     d_h = c * dy + d_pre[..., None] * per_feature(w.astype(h.dtype), h)
-    return d_h, jnp.sum(prod, axis=batch), d_pre
+    return d_h, jnp.sum(prod, axis=b_axes), d_pre
 
 
 def _entry_pre(ws, h):

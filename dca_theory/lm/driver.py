@@ -84,6 +84,16 @@ class BlockIO(eqx.Module):
     aux: Any = None
 
 
+def branch_inputs(io: BlockIO) -> BlockIO | None:
+    """What a block's pre-LN branch reads of ``io`` (its ``q``, ``k``, ``v``, ``r`` and
+    ``kv_norms``), for the per-layer records the branch analyses read
+    (:mod:`dca_theory.lab.jacobian_rank`); ``None`` when ``io`` hands the block a hook
+    (``mix_values``, ``mlp_input``), through which the branch reads the state as well."""
+    if io.mix_values is not None or io.mlp_input is not None:
+        return None
+    return BlockIO(q=io.q, k=io.k, v=io.v, r=io.r, kv_norms=io.kv_norms)
+
+
 class BlockOut(NamedTuple):
     """A block's outputs: attention ``a`` (after dropout), MLP ``m``, the projected values
     before any mixing (``H``-headed), and the updated key/value cache (``None`` without)."""
@@ -145,6 +155,11 @@ class Mixer(eqx.Module):
     #: zeroed (:mod:`dca_theory.lm.buffer_scans`)
     reads_written_only: ClassVar[bool] = False
 
+    #: whether :meth:`read` hands the block a hook (``mix_values``, ``mlp_input``): its branch
+    #: then reads more than its q/k/v/r inputs, so the branch analyses
+    #: (:mod:`dca_theory.lab.jacobian_rank`) refuse the kind
+    hooks_block: ClassVar[bool] = False
+
     @classmethod
     @abc.abstractmethod
     def overhead(cls, cfg: ModelConfig) -> int:
@@ -180,8 +195,10 @@ class Mixer(eqx.Module):
                ) -> dict[str, Array]:
         """Block t's analysis states (:mod:`dca_theory.lm.trunk` names them): what attention
         reads as its query input, the block's new stack entry, the plain sum of everything so
-        far and (stack kinds) the buffer it read. Default: a stream ``h ← h + a + m``."""
-        return {"in": io.q, "out": out.a + out.m, "stream": after.carry}
+        far, (stack kinds) the buffer it read and what the block's branch read
+        (:func:`branch_inputs`). Default: a stream ``h ← h + a + m``."""
+        return {"in": io.q, "out": out.a + out.m, "stream": after.carry,
+                "io": branch_inputs(io)}
 
     def for_vanilla(self, blocks: PreLNBlock) -> Mixer:
         """This mixer (at its init) set so that the trunk with ``blocks`` computes exactly the

@@ -3,6 +3,7 @@
 import json
 
 import equinox as eqx
+import jax
 import numpy as np
 import pytest
 
@@ -64,3 +65,21 @@ def test_residual_states_numpy(getkey):
     states = residual_states(model, np.arange(16) % TINY.vocab_size)
     assert states["stack_2"].shape == (3, 16, TINY.d_model)
     assert isinstance(states["final"], np.ndarray)
+
+
+@pytest.mark.parametrize("residual,k,window", [("dca", 1, None), ("grn_v3", None, 2)])
+def test_per_block_and_scanned_models_export_equal_grns(residual, k, window):
+    """One key, either layout: the same GRN names and bit-equal weights (the per-block model
+    is read through its exact stacked-layout conversion)."""
+    cfg = TINY.replace(residual=residual, k=k, grn_window=window, n_layers=4)
+    key = jax.random.PRNGKey(3)
+    per_block = grn_weights(build_model(cfg, key=key))
+    scanned = grn_weights(build_model(cfg.replace(layer_loop="scan"), key=key))
+    assert list(per_block) == list(scanned)
+    for name, x in per_block.items():
+        np.testing.assert_array_equal(scanned[name], x)
+
+
+def test_scanned_model_without_grns_is_an_error(getkey):
+    with pytest.raises(ValueError, match=r"^residual='vanilla' has no GRNs; valid: "):
+        grn_weights(build_model(TINY.replace(layer_loop="scan"), key=getkey()))

@@ -12,6 +12,7 @@ import pytest
 from zoo_helpers import F64, tokens
 
 from dca_theory.lab import jacobian_rank as R
+from dca_theory.lab.analysis import residual_states
 from dca_theory.lm.model import build_model
 
 D = F64.d_model
@@ -52,17 +53,17 @@ def _dca_block_output(blk, stack_SxLxD):
 
 
 @eqx.filter_jit
-def _branch_at(parts, q, k, v, i):
-    return R.branch_at(parts, q, k, v, i)
+def _branch_at(branch, i):
+    return R.branch_at(branch, i)
 
 
 def test_vanilla_token_jacobian_is_the_branch_jacobian(models):
     model = models["moved"]["vanilla"]
-    x_LxD = jnp.asarray(R.block_inputs(model, tokens())[1][0])
+    branch = R.block_inputs(model, tokens())[1]
+    x_LxD = jnp.asarray(branch.q)
     blk = model.trunk.blocks[1]
     positions = jnp.asarray([0, 5, x_LxD.shape[0] - 1])
-    jac = R.token_jacobians(R.branch_parts(blk), x_LxD[None].repeat(3, 0),
-                            x_LxD[None].repeat(3, 0), x_LxD[None].repeat(3, 0), positions)
+    jac = R.token_jacobians(R.Branch(branch.parts, *[x_LxD[None].repeat(3, 0)] * 4), positions)
     for n, i in enumerate(positions):
         ref = _diag_block_reference(blk, x_LxD, i)
         np.testing.assert_allclose(jac[n], ref, rtol=0, atol=TOL * float(jnp.abs(ref).max()))
@@ -70,15 +71,13 @@ def test_vanilla_token_jacobian_is_the_branch_jacobian(models):
 
 def test_dca_branch_is_the_dca_block_output(models):
     model = models["moved"]["dca"]
-    states = R.residual_states(model, tokens())
+    states = residual_states(model, tokens())
     inputs = R.block_inputs(model, tokens())
     for t in (0, 2):
         blk, stack = model.trunk.blocks[t], jnp.asarray(states[f"stack_{t}"])
         o_ref = _dca_block_output(blk, stack)
-        q, k, v = inputs[t]
         for i in (0, 9):
-            o = _branch_at(R.branch_parts(blk), jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
-                            jnp.asarray(i))
+            o = _branch_at(inputs[t], jnp.asarray(i))
             np.testing.assert_allclose(o, o_ref[i], rtol=0, atol=TOL * float(jnp.abs(o_ref).max()))
 
 

@@ -24,7 +24,15 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
+from dca_theory.lm.driver import (
+    BlockIO,
+    Mixer,
+    State,
+    branch_inputs,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
 from dca_theory.residual import SoftmaxOverDepth
 
 
@@ -42,6 +50,7 @@ class AttnResMixer(Mixer):
     final: SoftmaxOverDepth
     slots_per_block = 2
     block_reads_state = True  # the MLP input is a depth attention over the buffer
+    hooks_block = True
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key=None) -> AttnResMixer:
@@ -94,4 +103,5 @@ class AttnResMixer(Mixer):
         return self.final(state.buffer)
 
     def record(self, p, before, after, io, out):
-        return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.buffer, axis=0)}
+        return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.buffer, axis=0),
+                "io": branch_inputs(io)}

@@ -34,6 +34,7 @@ from dca_theory.lm.driver import (
     BlockIO,
     Mixer,
     State,
+    branch_inputs,
     layer_of,
     new_buffer,
     stack_layers,
@@ -154,7 +155,8 @@ class DCAMixer(Mixer):
 
     def record(self, p, before, after, io, out):
         return {"in": io.q, "out": out.a + out.m,
-                "stream": jnp.sum(self._stack(after), axis=0), "stack": self._stack(before)}
+                "stream": jnp.sum(self._stack(after), axis=0), "stack": self._stack(before),
+                "io": branch_inputs(io)}
 
     def stack_slots(self, t):
         return scan_slots(self, t)  # reads k and n_layers, which this mixer holds

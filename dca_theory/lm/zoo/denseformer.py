@@ -21,7 +21,15 @@ import jax.numpy as jnp
 
 from dca_theory.lm.blocks import dtype_of
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
+from dca_theory.lm.driver import (
+    BlockIO,
+    Mixer,
+    State,
+    branch_inputs,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
 from dca_theory.lm.layer_stack import padded_block
 from dca_theory.residual import GRNv1, make_combiner
 
@@ -70,7 +78,7 @@ class DenseFormerMixer(Mixer):
 
     def record(self, p, before, after, io, out):
         return {"in": io.q, "out": out.a + out.m, "stream": after.carry,
-                "stack": after.buffer}
+                "stack": after.buffer, "io": branch_inputs(io)}
 
     def stack_slots(self, t):
         return tuple(range(t + 2))  # the old trunk records the stack DWA t combined

@@ -30,6 +30,7 @@ from dca_theory.lm.driver import (
     BlockIO,
     Mixer,
     State,
+    branch_inputs,
     layer_of,
     new_buffer,
     stack_layers,
@@ -129,7 +130,7 @@ class GRNMixer(Mixer):
 
     def record(self, p, before, after, io, out):
         return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.buffer, axis=0),
-                "stack": before.buffer}
+                "stack": before.buffer, "io": branch_inputs(io)}
 
     def stack_slots(self, t):
         return self.slots[t]

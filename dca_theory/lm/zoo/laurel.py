@@ -24,7 +24,15 @@ import jax
 from dca_theory.lm.baselines import LowRank
 from dca_theory.lm.blocks import dtype_of
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, new_buffer, stack_layers, write_slot
+from dca_theory.lm.driver import (
+    BlockIO,
+    Mixer,
+    State,
+    branch_inputs,
+    new_buffer,
+    stack_layers,
+    write_slot,
+)
 from dca_theory.lm.layer_stack import padded_block
 from dca_theory.lm.trunk import extra_key
 from dca_theory.residual import GRNv1, make_combiner
@@ -99,4 +107,5 @@ class LaurelMixer(Mixer):
         return state.carry
 
     def record(self, p, before, after, io, out):
-        return {"in": io.q, "out": (out.a + out.m) + io.aux, "stream": after.carry}
+        return {"in": io.q, "out": (out.a + out.m) + io.aux, "stream": after.carry,
+                "io": branch_inputs(io)}

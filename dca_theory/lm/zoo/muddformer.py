@@ -34,6 +34,7 @@ from dca_theory.lm.driver import (
     BlockOut,
     Mixer,
     State,
+    branch_inputs,
     new_buffer,
     stack_layers,
     write_slot,
@@ -89,7 +90,8 @@ class MuddFormerMixer(Mixer):
         return state.carry[0]  # the last aggregate's one stream
 
     def record(self, p, before, after, io, out):
-        return {"in": io.q, "out": out.a + out.m, "stream": _block_output(io, out)}
+        return {"in": io.q, "out": out.a + out.m, "stream": _block_output(io, out),
+                "io": branch_inputs(io)}
 
 
 def _block_output(io: BlockIO, out: BlockOut) -> Array:

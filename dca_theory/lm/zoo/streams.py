@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from dca_theory.lm.baselines import HyperConnection
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State, stack_layers
+from dca_theory.lm.driver import BlockIO, Mixer, State, branch_inputs, stack_layers
 from dca_theory.lm.mhc import ManifoldHyperConnection
 
 
@@ -80,7 +80,8 @@ class StreamsMixer(Mixer):
         return jnp.sum(state.carry, axis=1)
 
     def record(self, p, before, after, io, out):
-        return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.carry, axis=1)}
+        return {"in": io.q, "out": out.a + out.m, "stream": jnp.sum(after.carry, axis=1),
+                "io": branch_inputs(io)}
 
 
 class HyperConnectionsMixer(StreamsMixer):

@@ -20,7 +20,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.driver import BlockIO, Mixer, State
+from dca_theory.lm.driver import BlockIO, Mixer, State, branch_inputs
 from dca_theory.lm.norm import at_least_float32
 
 
@@ -29,6 +29,7 @@ class ValueResidualMixer(Mixer):
 
     layers: Any  # λ_Tx2: row t holds block t's (λ_own, λ_first); row 0 unused (zero)
     n_heads: int = eqx.field(static=True)
+    hooks_block = True  # mix_values: block 0's values enter every later block
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key=None) -> ValueResidualMixer:
@@ -83,4 +84,5 @@ class ValueResidualMixer(Mixer):
         return state.carry[0]
 
     def record(self, p, before, after, io, out):
-        return {"in": io.q, "out": out.a + out.m, "stream": after.carry[0]}
+        return {"in": io.q, "out": out.a + out.m, "stream": after.carry[0],
+                "io": branch_inputs(io)}
