@@ -105,7 +105,8 @@ class HostBatches:
                  rows: slice | None = None, place: Callable[[dict], dict] | None = None):
         if place is not None and len(seeds) != 1:
             raise ValueError(f"placed host batches serve one seed, got {len(seeds)}")
-        self.tokens, self.seeds, self.rows, self.place = tokens, tuple(seeds), rows, place
+        self.tokens, self.seeds, self.place = tokens, tuple(seeds), place
+        self.rows = rows if rows is not None else slice(None)
         self.seq_len, self.batch_size = seq_len, batch_size
 
     def _batch(self, seed: int, step: int) -> dict:
