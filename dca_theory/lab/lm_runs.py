@@ -252,8 +252,9 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
 
 
 def remove_partial(folder: Path) -> None:
-    """Delete a run's mid-run checkpoints (finished or abandoned runs)."""
+    """Delete a run's mid-run checkpoints, of either format (finished or abandoned runs)."""
     shutil.rmtree(Path(folder) / PARTIAL, ignore_errors=True)
+    (Path(folder) / OLD_PARTIAL).unlink(missing_ok=True)
 
 
 def _save_params(folder: Path, runs) -> None:
