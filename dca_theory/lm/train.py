@@ -14,7 +14,10 @@ the files it wrote (:class:`dca_theory.lm.run_files.StartFiles`). Of several pro
 (:mod:`dca_theory.lm.distributed`) process 0 alone writes these files; every process takes part
 in each checkpoint save.
 
-Metrics are pulled to the host one step late (the device is never idle waiting for the host);
+Training runs through the one loop of :mod:`dca_theory.lm.seed_loop` with this run's seed as
+its only seed: parameters, optimiser state and dropout key carry a seed axis of length 1, in the
+checkpoints too (checkpoints written before that axis restore into it). Metrics are pulled to
+the host one step late (the device is never idle waiting for the host);
 a non-finite loss or gradient, or non-finite parameters at a checkpoint, stop the run with
 :class:`NonFiniteLossError`, keeping the last good checkpoint (checkpoints are only written after
 the step's metrics and the parameters were checked).
