@@ -3,8 +3,8 @@
 Widths 32, 64, 128, 256 x {vanilla, DCA (default gate)} x 4 seeds trained at once per
 (width, arm) under ``jax.vmap``; pre-LN, depth 4, 4 heads, MLP 4x width, sequence 256, 64
 sequences per seed and step, 3052 steps = 50.0M training tokens per seed (``--tokens``),
-bfloat16 compute with float32 weights, the project's AdamW train step
-(:func:`dca_theory.lm.steps.make_train_step`: the paper's betas, eps and weight decay, linear
+bfloat16 compute with float32 weights, the project's training loop
+(:mod:`dca_theory.lm.seed_loop`; its AdamW step: the paper's betas, eps and weight decay, linear
 warm-up over 5 % of the steps, then inverse square root), one learning rate for every width
 (``--lr``, not tuned per width: there is no time for a sweep inside the call).
 
@@ -47,12 +47,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm_bench_common import emit, machine, save_partial  # noqa: E402
 
 from dca_theory.lab import statistics as st  # noqa: E402
-from dca_theory.lab.seeds import init_models, stack_models  # noqa: E402
 from dca_theory.lm import data as lm_data  # noqa: E402
 from dca_theory.lm.config import ModelConfig  # noqa: E402
 from dca_theory.lm.optim import make_lm_optimizer  # noqa: E402
 from dca_theory.lm.params import non_embedding_count  # noqa: E402
-from dca_theory.lm.steps import make_eval_step, make_train_step  # noqa: E402
+from dca_theory.lm.seed_loop import (  # noqa: E402
+    DeviceWindows,
+    NonFiniteLossError,
+    dropout_keys,
+    evaluate,
+    init_models,
+    make_chunk_step,
+    make_eval_fn,
+    stack_models,
+    train_loop,
+)
+from dca_theory.lm.steps import make_train_step  # noqa: E402
 from dca_theory.lm.train_config import LMTrainConfig  # noqa: E402
 
 ARMS = {"vanilla": ("vanilla", "paper"), "dca": ("dca", "bias_inside")}
@@ -60,46 +70,6 @@ CHECKPOINTS_M = (0.5, 1, 2, 4, 8, 16, 32, 50)
 #: ``--smoke``'s defaults: two narrow widths, two layers, two seeds, 2048 tokens per seed
 SMOKE = {"widths": [8, 16], "seeds": 2, "tokens": 2048, "batch": 4, "seq": 16, "depth": 2,
          "heads": 2, "chunk": 8, "valid_tokens": 512, "eval_batch": 8, "dtype": "float32"}
-
-
-def sample_batch(tokens, key, batch: int, seq: int) -> dict:
-    """Random windows of ``seq + 1`` tokens, drawn on the device."""
-    starts = jax.random.randint(key, (batch,), 0, tokens.shape[0] - seq - 1)
-    win = tokens[starts[:, None] + jnp.arange(seq + 1)[None, :]]
-    return {"inputs": win[:, :-1], "targets": win[:, 1:],
-            "weights": jnp.ones((batch, seq), jnp.float32)}
-
-
-def make_chunk(static, optimizer, tc: LMTrainConfig, n_steps: int):
-    """``chunk(params, opt_state, rng_S, data_key_S, step0, tokens)``: ``n_steps`` vmapped
-    train steps in one ``lax.scan``; returns the new state and every step's loss per seed.
-    (``tokens`` is an argument, not a closure: a captured array would be baked into the
-    compiled program as a constant.)"""
-    step_fn = jax.vmap(make_train_step(static, optimizer, tc), in_axes=(0, 0, 0, 0, None))
-
-    def chunk(params, opt_state, rng_S, data_key_S, step0, tokens):
-        draw = jax.vmap(lambda k: sample_batch(tokens, k, tc.batch_size, tc.seq_len))
-
-        def body(carry, i):
-            p, o = carry
-            step = step0 + i
-            batch = draw(jax.vmap(lambda k: jax.random.fold_in(k, step))(data_key_S))
-            p, o, m = step_fn(p, o, rng_S, batch, step)
-            return (p, o), m["loss"]
-
-        (params, opt_state), loss = jax.lax.scan(body, (params, opt_state),
-                                                 jnp.arange(n_steps, dtype=jnp.int32))
-        return params, opt_state, loss
-
-    return jax.jit(chunk, donate_argnums=(0, 1))
-
-
-def evaluate(eval_fn, params, tokens: np.ndarray, seq: int, batch: int) -> np.ndarray:
-    nll, weight = 0.0, 0.0
-    for b in lm_data.eval_batches(tokens, seq_len=seq, batch_size=batch):
-        s, w = eval_fn(params, b)
-        nll, weight = nll + np.asarray(s, np.float64), weight + np.asarray(w, np.float64)
-    return nll / weight
 
 
 def train_arm(arm: str, width: int, args, corpus) -> dict:
@@ -122,42 +92,47 @@ def train_model(cfg: ModelConfig, lr: float, args, corpus, seeds: tuple[int, ...
     params, static = stack_models(init_models(cfg, seeds))
     optimizer = make_lm_optimizer(tc)
     opt_state = jax.vmap(optimizer.init)(params)
-    rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
-    data_S = jnp.stack([jax.random.PRNGKey(1000 + s) for s in seeds])
-    tokens = jnp.asarray(corpus.train)
-    chunk = make_chunk(static, optimizer, tc, args.chunk)
-    eval_fn = jax.jit(jax.vmap(make_eval_step(static, tc), in_axes=(0, None)))
+    sampler = DeviceWindows(jnp.asarray(corpus.train),
+                            jnp.stack([jax.random.PRNGKey(1000 + s) for s in seeds]),
+                            seq_len=tc.seq_len, batch_size=tc.batch_size)
+    run = make_chunk_step(make_train_step(static, optimizer, tc), sampler)
+    eval_fn = make_eval_fn(static, tc)
     valid_head = corpus.valid[: args.valid_tokens + 1]
     tok_per_step = args.batch * args.seq
     marks = sorted({max(1, round(m * 1e6 / tok_per_step / args.chunk)) * args.chunk
                     for m in CHECKPOINTS_M if m * 1e6 <= args.tokens} | {steps})
-    start, history, losses, compile_s = time.perf_counter(), [], [], None
-    for step0 in range(0, steps, args.chunk):
-        t = time.perf_counter()
-        params, opt_state, loss = chunk(params, opt_state, rng_S, data_S, jnp.int32(step0),
-                                        tokens)
-        loss = np.asarray(loss)  # waits for the chunk
-        if compile_s is None:
-            compile_s = time.perf_counter() - t
-        losses.append(loss.mean(axis=0))
-        if not np.all(np.isfinite(loss)):
-            raise FloatingPointError(f"non-finite loss at width {cfg.d_model} ({cfg.residual}, "
-                                     f"gate {cfg.grn_gate}) near step {step0}")
-        done = step0 + args.chunk
+    history, losses, compile_s = [], [], []
+
+    def on_chunk(step0: int, m: dict, seconds: float) -> None:
+        if not compile_s:
+            compile_s.append(seconds)  # the first chunk's call includes its compilation
+        losses.append(m["loss"].mean(axis=0))
+
+    def at_mark(done: int, p, o) -> None:
         if done in marks:
-            v = evaluate(eval_fn, params, valid_head, args.seq, args.eval_batch)
+            v, _ = evaluate(eval_fn, p, valid_head, seq_len=args.seq, batch_size=args.eval_batch)
             history.append({"step": done, "tokens": done * tok_per_step,
                             "valid_head_loss": v.tolist()})
+
+    def non_finite(what: str) -> NonFiniteLossError:
+        return NonFiniteLossError(f"{what} at width {cfg.d_model} ({cfg.residual}, gate "
+                                  f"{cfg.grn_gate})")
+
+    start = time.perf_counter()
+    params, _ = train_loop(params, opt_state, run, sampler, rng_S=dropout_keys(seeds), start=0,
+                           steps=steps, chunk=args.chunk, seeds=seeds, on_metrics=on_chunk,
+                           stops=lambda done: done in marks, at_stop=at_mark,
+                           non_finite=non_finite)
     train_s = time.perf_counter() - start
-    final = {s: evaluate(eval_fn, params, getattr(corpus, s), args.seq, args.eval_batch)
-             for s in ("valid", "test")}
+    final = {s: evaluate(eval_fn, params, getattr(corpus, s), seq_len=args.seq,
+                         batch_size=args.eval_batch)[0] for s in ("valid", "test")}
     n_params = int(sum(x[0].size for x in jax.tree_util.tree_leaves(
         eqx.filter(params, eqx.is_inexact_array))))
     return {"params": n_params, "d_mlp": cfg.d_mlp,
             "non_embedding_params": non_embedding_count(cfg), "steps": steps,
             "tokens_per_seed": steps * tok_per_step, "lr": lr, "seeds": list(seeds),
             "train_s": train_s,
-            "compile_s": compile_s, "wall_s": time.perf_counter() - start,
+            "compile_s": compile_s[0], "wall_s": time.perf_counter() - start,
             "tokens_per_s": steps * tok_per_step * len(seeds) / train_s,
             "valid_loss": final["valid"].tolist(), "test_loss": final["test"].tolist(),
             "valid_ppl": np.exp(final["valid"]).tolist(),

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,8 +26,8 @@ from lm_bench_common import check_positive, emit, machine  # noqa: E402
 
 from dca_theory.lab import lm_evidence as E  # noqa: E402
 from dca_theory.lab.lm_runs import cached_corpus  # noqa: E402
-from dca_theory.lab.seeds import _evaluate, train_lm_seeds  # noqa: E402
-from dca_theory.lm.steps import make_eval_step  # noqa: E402
+from dca_theory.lab.seeds import train_lm_seeds  # noqa: E402
+from dca_theory.lm.seed_loop import evaluate, make_eval_fn  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -55,11 +54,11 @@ def main(argv=None) -> dict:
             t = s.train.replace(steps=args.steps, eval_every=args.steps, progress=False)
             runs = train_lm_seeds(s.model, t, s.seeds, corpus=corpus, keep_params=True,
                                   final_batches=1)
-            eval_fn = jax.jit(jax.vmap(make_eval_step(runs.static, t), in_axes=(0, None)))
+            eval_fn = make_eval_fn(runs.static, t)
             kw = {"seq_len": tc.seq_len, "batch_size": tc.batch_size}
-            _evaluate(eval_fn, runs.params, corpus.valid, **kw, max_batches=1)  # compile
+            evaluate(eval_fn, runs.params, corpus.valid, **kw, max_batches=1)  # compile
             start = time.perf_counter()
-            _evaluate(eval_fn, runs.params, corpus.valid, **kw, max_batches=args.eval_batches)
+            evaluate(eval_fn, runs.params, corpus.valid, **kw, max_batches=args.eval_batches)
             eval_batch_s = (time.perf_counter() - start) / args.eval_batches
             step_s = runs.median_step_s
             tokens = len(s.seeds) * tc.batch_size * tc.seq_len

@@ -33,11 +33,11 @@ import numpy as np
 from dca_theory.io import write_json
 from dca_theory.lab import rate_sweep
 from dca_theory.lab.lm_runs import (
-    PARTIAL,
     LMGridSettings,
     RunSpec,
     ensure_run,
     is_cached,
+    remove_partial,
     spec,
 )
 from dca_theory.lm.params import matched_vanilla_d_mlp
@@ -232,7 +232,7 @@ def run_unless_diverged(s: RunSpec, cache, log=None) -> dict | None:
         return ensure_run(s, cache, log=log)
     except FloatingPointError as err:
         write_json(Path(cache) / s.key / DIVERGED, {"key": s.key, "error": str(err)})
-        (Path(cache) / s.key / PARTIAL).unlink(missing_ok=True)
+        remove_partial(Path(cache) / s.key)
         if log is not None:
             log(run=s.label, kind="diverged", error=str(err))
         return None

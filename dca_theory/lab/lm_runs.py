@@ -12,9 +12,10 @@ DCA models appear in five of them), so every run of a :class:`RunSpec` is stored
 ``<results>/lm_runs/<label>-<hash>/``: ``record.json`` (configs and per-seed results, written
 last, so a half-finished run is never reused), ``curves.npz`` (loss and gradient norm of every
 step, wall time of every step, periodic validation losses) and ``params.npz`` (the trained
-parameters; git-ignored). While a run trains, ``partial.npz`` (git-ignored) holds a checkpoint
-every ``CHECKPOINT_EVERY`` steps, so a run interrupted with its sitting continues from there
-(:mod:`dca_theory.lab.seed_checkpoint`); it is deleted once the record is written. Delete a
+parameters; git-ignored). While a run trains, the folder ``partial/`` (git-ignored) holds a
+checkpoint every ``CHECKPOINT_EVERY`` steps, so a run interrupted with its sitting continues from
+there (the training loop's format, :mod:`dca_theory.lm.seed_loop`); it is deleted once the record
+is written. Delete a
 folder to retrain that run. The hash covers the model and training configs, the seeds and the
 starting point, never paths.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -197,7 +199,9 @@ def cached_corpus(name: str, bpe_vocab_size: int = 8192):
 
 
 _CORPORA: dict = {}
-PARTIAL = "partial.npz"  # a mid-run checkpoint (lab.seed_checkpoint); gone once the run finishes
+PARTIAL = "partial"  # mid-run checkpoints (lm.seed_loop's format); gone once the run finishes
+#: the single-file mid-run checkpoint of versions before the loop's format: refused in one line
+OLD_PARTIAL = "partial.npz"
 CHECKPOINT_EVERY = 250  # steps; a few minutes of the slowest evidence run, a few MB to write
 
 
@@ -211,6 +215,9 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
     folder = Path(cache) / s.key
     if is_cached(s, cache):
         return read_json(folder / "record.json")
+    if (folder / OLD_PARTIAL).exists():
+        raise ValueError(f"{folder / OLD_PARTIAL} is a checkpoint in a format this version does "
+                         "not read; delete it to train this run from step 0")
     if s.init_from is not None:
         ensure_run(s.init_from, cache, log=log)
     from dca_theory.lab.seeds import train_lm_seeds
@@ -240,8 +247,14 @@ def ensure_run(s: RunSpec, cache: Path, *, log=None) -> dict:
     record = {"key": s.key, "label": s.label, **s.identity(), **runs.record(),
               "resolved_model": to_jsonable(runs.model_cfg), "environment": environment()}
     write_json(folder / "record.json", record)
-    (folder / PARTIAL).unlink(missing_ok=True)  # the record is written: the run is finished
+    remove_partial(folder)  # the record is written: the run is finished
     return read_json(folder / "record.json")
+
+
+def remove_partial(folder: Path) -> None:
+    """Delete a run's mid-run checkpoints, of either format (finished or abandoned runs)."""
+    shutil.rmtree(Path(folder) / PARTIAL, ignore_errors=True)
+    (Path(folder) / OLD_PARTIAL).unlink(missing_ok=True)
 
 
 def _save_params(folder: Path, runs) -> None:
@@ -261,7 +274,7 @@ def load_models(s: RunSpec, cache: Path) -> list:
     import equinox as eqx
     import jax
 
-    from dca_theory.lab.seeds import init_models, stack_models
+    from dca_theory.lm.seed_loop import init_models, stack_models
 
     folder = Path(cache) / s.key
     record = ensure_run(s, cache)

@@ -1,11 +1,11 @@
-r"""Train several seeds of one LM configuration at once (``vmap`` over seeds), for experiments.
+r"""Train several seeds of one LM configuration at once, for experiments: the per-step record.
 
-:func:`dca_theory.lm.train.train_and_evaluate` trains one model into a resumable work directory
-with checkpoints; the claim experiments of ``experiments/lm_*.py`` instead need many small runs
-with every step's loss (for spike counts) and wall time (for time-to-quality). This module reuses
-the very same pieces: :func:`~dca_theory.lm.steps.make_train_step` (loss, AdamW, the paper's
-schedule), :func:`~dca_theory.lm.steps.make_eval_step` and the deterministic batches of
-:mod:`dca_theory.lm.data`, and maps them over a leading seed axis ``S``.
+The loop is :func:`dca_theory.lm.seed_loop.train_loop` (seeds vmapped in one compiled step; the
+CLI trains its one seed through the same loop). The claim experiments of ``experiments/lm_*.py``
+need many small runs with every step's loss (for spike counts) and wall time (for
+time-to-quality); :func:`train_lm_seeds` keeps those, evaluates on the validation split every
+``eval_every`` steps, and checkpoints in the loop's format, so that a run interrupted with its
+sitting continues from its last checkpoint and ends exactly where an uninterrupted run ends.
 
 Seed ``s`` gets its own initialisation key (``PRNGKey(s)``, split as in ``train_and_evaluate``),
 its own data order (``train_batch(..., seed=s, step=t)``) and its own dropout keys, so the
@@ -15,27 +15,31 @@ architectures the same data order*, so differences between residual kinds are pa
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from dca_theory.lab import seed_checkpoint
+from dca_theory.io import to_jsonable
 from dca_theory.lm import data as lm_data
+from dca_theory.lm import seed_loop as sl
+from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.params import count_params
-from dca_theory.lm.steps import make_eval_step, make_train_step
-from dca_theory.lm.train import default_builder, resolve_configs
+from dca_theory.lm.seed_loop import default_builder, init_models, stack_models
+from dca_theory.lm.steps import make_train_step
+from dca_theory.lm.train import resolve_configs
 from dca_theory.lm.train_config import LMTrainConfig
 
+__all__ = ["SeedRuns", "fingerprint", "init_models", "same_run", "stack_models",
+           "train_lm_seeds"]
 
 @dataclass
 class SeedRuns:
@@ -85,33 +89,68 @@ class SeedRuns:
                                   for e in self.evals], **final}
 
 
-def stack_models(models: Sequence[eqx.Module]):
-    """``(params with leading seed axis, static)`` of equal-structure models."""
-    params = [eqx.filter(m, eqx.is_inexact_array) for m in models]
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
-    return stacked, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
+def fingerprint(model_cfg, train_cfg, seeds, state) -> str:
+    """A JSON string identifying the run a checkpoint belongs to (``progress``, ``log_every`` and
+    ``data_dir`` excluded: they do not change the trained result)."""
+    train = to_jsonable(train_cfg)
+    for volatile in ("progress", "log_every", "data_dir"):
+        train.pop(volatile, None)
+    shapes = [[list(x.shape), str(x.dtype)] for x in jax.tree_util.tree_leaves(state)]
+    return json.dumps({"model": to_jsonable(model_cfg), "train": train, "seeds": list(seeds),
+                       "leaves": shapes}, sort_keys=True)
 
 
-def init_models(model_cfg: ModelConfig, seeds: Sequence[int], *,
-                build: Callable = default_builder) -> list[eqx.Module]:
-    """One freshly initialised model per seed, keyed exactly as ``train_and_evaluate`` does."""
-    return [build(model_cfg, key=jax.random.split(jax.random.PRNGKey(int(s)))[0]) for s in seeds]
+def same_run(stored: str, current: str) -> bool:
+    """Whether two fingerprints name one run: equal seeds and leaf shapes, and equal values of
+    every config field that both record (a config field added later, at a value that computes
+    the same result, does not orphan the checkpoints written before it)."""
+    a, b = json.loads(stored), json.loads(current)
+    if a["seeds"] != b["seeds"] or a["leaves"] != b["leaves"]:
+        return False
+    return all(a[part][k] == b[part][k] for part in ("model", "train")
+               for k in a[part].keys() & b[part].keys())
 
 
-def _stacked_batch(tokens, seeds, step: int, seq_len: int, batch_size: int) -> dict:
-    batches = [lm_data.train_batch(tokens, seq_len=seq_len, batch_size=batch_size, seed=int(s),
-                                   step=step) for s in seeds]
-    return {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+class _Record:
+    """The per-step arrays, evaluations and restarts of a run (what its checkpoints carry in
+    their meta besides the loop's state)."""
+
+    def __init__(self, n_seeds: int, n_steps: int):
+        self.loss = np.zeros((n_seeds, n_steps))
+        self.gnorm = np.zeros((n_seeds, n_steps))
+        self.times = np.zeros(n_steps)
+        self.evals: list[dict] = []
+        self.restarts = [0]
+
+    def meta(self, step: int, fp: str) -> dict:
+        return {"run": fp, "restart_steps": list(self.restarts),
+                "loss": self.loss[:, :step].tolist(), "grad_norm": self.gnorm[:, :step].tolist(),
+                "step_time": self.times[:step].tolist(),
+                "evals": [{"step": e["step"], "valid_loss": e["valid_loss"].tolist()}
+                          for e in self.evals]}
+
+    def resume(self, step: int, meta: dict) -> None:
+        self.loss[:, :step], self.gnorm[:, :step] = meta["loss"], meta["grad_norm"]
+        self.times[:step] = meta["step_time"]
+        self.evals = [{"step": e["step"], "valid_loss": np.asarray(e["valid_loss"])}
+                      for e in meta["evals"]]
+        self.restarts = [*meta["restart_steps"], step]
 
 
-def _evaluate(eval_fn, params, tokens, *, seq_len, batch_size, max_batches) -> np.ndarray:
-    """Mean token NLL per seed over (up to ``max_batches`` batches of) a split."""
-    nll, weight = 0.0, 0.0
-    for batch in lm_data.eval_batches(tokens, seq_len=seq_len, batch_size=batch_size,
-                                      max_batches=max_batches):
-        s, w = eval_fn(params, batch)
-        nll, weight = nll + np.asarray(s, np.float64), weight + np.asarray(w, np.float64)
-    return nll / weight
+def _restore(ckpt: Checkpointer, folder: Path, template, fp: str):
+    """``(step, state, meta)`` of the newest checkpoint that restores, or None if there is none;
+    a checkpoint of another run is a one-line ``ValueError``."""
+    if not ckpt.steps():
+        return None
+    stored = ckpt.meta(ckpt.steps()[-1]) or {}
+    if "run" in stored and not same_run(stored["run"], fp):
+        raise ValueError(f"{folder} belongs to a different run (configuration, seeds or parameter "
+                         "shapes differ); move it aside to start this run from step 0")
+    step, state, meta = ckpt.restore_newest(template, notify=lambda m: print(m, file=sys.stderr))
+    if not same_run(meta["run"], fp):
+        raise ValueError(f"{folder} belongs to a different run (configuration, seeds or parameter "
+                         "shapes differ); move it aside to start this run from step 0")
+    return step, state, meta
 
 
 def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequence[int], *,
@@ -124,17 +163,16 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
 
     ``models`` gives the starting models (one per seed, e.g. retrofitted ones); by default they
     are freshly initialised. ``log(**record)`` receives every ``log_every``-th step and every
-    evaluation (``seed``-indexed lists). A non-finite loss stops with ``FloatingPointError``.
+    evaluation (``seed``-indexed lists). A non-finite loss stops with
+    :class:`~dca_theory.lm.seed_loop.NonFiniteLossError` (a ``FloatingPointError``).
 
-    ``checkpoint``: a file for mid-run checkpoints (:mod:`dca_theory.lab.seed_checkpoint`),
-    written every ``checkpoint_every`` steps (default: ``train_cfg.eval_every``); if it exists the
-    run continues from it, with the same result as an uninterrupted run. The caller deletes it
-    once the run's results are saved.
+    ``checkpoint``: a folder for mid-run checkpoints (the loop's format, in
+    ``<checkpoint>/checkpoints/<step>``), written every ``checkpoint_every`` steps (default:
+    ``train_cfg.eval_every``); if one exists the run continues from it, with the same result as
+    an uninterrupted run. The caller deletes the folder once the run's results are saved.
     """
     train_cfg = train_cfg.validate()
-    seeds = tuple(int(s) for s in seeds)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    seeds = sl.check_seeds(seeds)
     if train_cfg.grad_accum != 1 or train_cfg.fsdp:
         raise ValueError("train_lm_seeds supports grad_accum=1 and fsdp=False only")
     if corpus is None:
@@ -148,65 +186,68 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
     params, static = stack_models(models)
     optimizer = make_lm_optimizer(train_cfg)
     opt_state = jax.vmap(optimizer.init)(params)
-    rng_S = jnp.stack([jax.random.split(jax.random.PRNGKey(s))[1] for s in seeds])
-    step_fn = jax.jit(jax.vmap(make_train_step(static, optimizer, train_cfg),
-                               in_axes=(0, 0, 0, 0, None)), donate_argnums=(0, 1))
-    eval_fn = jax.jit(jax.vmap(make_eval_step(static, train_cfg), in_axes=(0, None)))
+    rng_S = sl.dropout_keys(seeds)
+    sampler = sl.HostBatches(corpus.train, seeds, seq_len=seq_len,
+                             batch_size=train_cfg.batch_size)
+    run = sl.make_chunk_step(make_train_step(static, optimizer, train_cfg), sampler)
+    eval_fn = sl.make_eval_fn(static, train_cfg)
     eval_kw = {"seq_len": seq_len, "batch_size": train_cfg.batch_size}
-
-    n_steps, n_seeds = train_cfg.steps, len(seeds)
-    loss = np.zeros((n_seeds, n_steps))
-    gnorm = np.zeros((n_seeds, n_steps))
-    times = np.zeros(n_steps)
-    evals: list[dict] = []
-    start, restarts = 0, [0]
+    n_steps = train_cfg.steps
+    rec, start = _Record(len(seeds), n_steps), 0
+    ckpt, fp, every = None, None, checkpoint_every or train_cfg.eval_every
     if checkpoint is not None:
-        fp = seed_checkpoint.fingerprint(model_cfg, train_cfg, seeds, (params, opt_state))
-        every = checkpoint_every or train_cfg.eval_every
-        partial = seed_checkpoint.load(checkpoint, (params, opt_state), fp)
-        if partial is not None:
-            start, (params, opt_state), evals = partial.step, partial.state, partial.evals
-            loss[:, :start], gnorm[:, :start] = partial.loss_SxT, partial.grad_norm_SxT
-            times[:start], restarts = partial.step_time_T, [*partial.restart_steps, start]
+        fp = fingerprint(model_cfg, train_cfg, seeds, (params, opt_state))
+        ckpt = Checkpointer(checkpoint, keep=2, seed_stacked=True)
+        restored = _restore(ckpt, Path(checkpoint), (params, opt_state, rng_S), fp)
+        if restored is not None:
+            start, (params, opt_state, _), meta = restored
+            rec.resume(start, meta)
             print(f"resuming {desc or model_cfg.residual} from step {start} of {n_steps} "
                   f"({checkpoint})", file=sys.stderr)
+
+    def on_metrics(step0: int, m: dict, seconds: float) -> None:
+        for row in range(m["loss"].shape[0]):
+            step = step0 + row
+            rec.loss[:, step], rec.gnorm[:, step] = m["loss"][row], m["grad_norm"][row]
+            rec.times[step] = seconds / m["loss"].shape[0]
+            done = step + 1
+            if log is not None and (done % train_cfg.log_every == 0 or done == n_steps):
+                log(step=done, kind="train", loss=m["loss"][row].tolist(),
+                    grad_norm=m["grad_norm"][row].tolist(), step_s=rec.times[step])
+
+    def at_stop(done: int, p, o) -> None:
+        if done % train_cfg.eval_every == 0 and done != n_steps:
+            v, _ = sl.evaluate(eval_fn, p, corpus.valid, **eval_kw,
+                               max_batches=train_cfg.eval_batches)
+            rec.evals.append({"step": done, "valid_loss": v})
+            bar.set_postfix(valid_ppl=f"{float(np.exp(v.mean())):.2f}")
+            if log is not None:
+                log(step=done, kind="eval", valid_loss=v.tolist())
+        if ckpt is not None and done % every == 0 and done != n_steps:
+            ckpt.save(done, (p, o, rng_S), sl.checkpoint_meta(done, seeds, model_cfg,
+                                                                **rec.meta(done, fp)))
+
+    def non_finite(what: str) -> sl.NonFiniteLossError:
+        return sl.NonFiniteLossError(f"{what} ({model_cfg.residual}, {train_cfg.data})")
+
     bar = tqdm(total=n_steps, initial=start, desc=desc or model_cfg.residual,
                disable=not train_cfg.progress, unit="step", dynamic_ncols=True, leave=False)
     try:
-        for step in range(start, n_steps):
-            batch = _stacked_batch(corpus.train, seeds, step, seq_len, train_cfg.batch_size)
-            start = time.perf_counter()
-            params, opt_state, metrics = step_fn(params, opt_state, rng_S, batch, np.int32(step))
-            m = jax.device_get(metrics)  # waits for the step: the time below is the step's
-            times[step] = time.perf_counter() - start
-            loss[:, step], gnorm[:, step] = m["loss"], m["grad_norm"]
-            if not (np.all(np.isfinite(m["loss"])) and np.all(np.isfinite(m["grad_norm"]))):
-                bad = [s for s, v in zip(seeds, m["loss"]) if not np.isfinite(v)]
-                raise FloatingPointError(f"non-finite loss at step {step + 1} for seeds {bad} "
-                                         f"({model_cfg.residual}, {train_cfg.data})")
-            done = step + 1
-            bar.update(1)
-            if log is not None and (done % train_cfg.log_every == 0 or done == n_steps):
-                log(step=done, kind="train", loss=m["loss"].tolist(),
-                    grad_norm=m["grad_norm"].tolist(), step_s=times[step])
-            if done % train_cfg.eval_every == 0 and done != n_steps:
-                v = _evaluate(eval_fn, params, corpus.valid, **eval_kw,
-                              max_batches=train_cfg.eval_batches)
-                evals.append({"step": done, "valid_loss": v})
-                bar.set_postfix(valid_ppl=f"{float(np.exp(v.mean())):.2f}")
-                if log is not None:
-                    log(step=done, kind="eval", valid_loss=v.tolist())
-            if checkpoint is not None and done % every == 0 and done != n_steps:
-                seed_checkpoint.save(checkpoint, done, (params, opt_state), loss, gnorm, times,
-                                     evals, restarts, fp)
+        params, opt_state = sl.train_loop(
+            params, opt_state, run, sampler, rng_S=rng_S, start=start, steps=n_steps,
+            seeds=seeds, on_metrics=on_metrics, at_stop=at_stop, bar=bar, non_finite=non_finite,
+            stops=lambda d: d % train_cfg.eval_every == 0 or (ckpt is not None and d % every == 0))
     finally:
         bar.close()
-    final = {s: _evaluate(eval_fn, params, corpus.split(s), **eval_kw, max_batches=final_batches)
-             for s in ("valid", "test")}
-    evals.append({"step": n_steps, "valid_loss": final["valid"]})
+        if ckpt is not None:
+            ckpt.wait()
+            ckpt.close()
+    final = {s: sl.evaluate(eval_fn, params, corpus.split(s), **eval_kw,
+                            max_batches=final_batches)[0] for s in ("valid", "test")}
+    rec.evals.append({"step": n_steps, "valid_loss": final["valid"]})
     if log is not None:
         log(step=n_steps, kind="final", **{f"{s}_loss": v.tolist() for s, v in final.items()})
-    n_params = count_params(eqx.combine(jax.tree_util.tree_map(lambda x: x[0], params), static))
-    return SeedRuns(model_cfg, train_cfg, seeds, n_params, loss, gnorm, times, evals, final,
-                    params if keep_params else None, static if keep_params else None,
-                    tuple(restarts))
+    n_params = count_params(eqx.combine(sl.seed_slice(params, 0), static))
+    return SeedRuns(model_cfg, train_cfg, seeds, n_params, rec.loss, rec.gnorm, rec.times,
+                    rec.evals, final, params if keep_params else None,
+                    static if keep_params else None, tuple(rec.restarts))

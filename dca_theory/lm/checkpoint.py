@@ -41,7 +41,8 @@ def _flat(tree) -> dict[str, Any]:
 class Checkpointer:
     """Periodic, atomic checkpoints in ``workdir/checkpoints`` (keeps the newest ``keep``)."""
 
-    def __init__(self, workdir: str | Path, *, keep: int = 2):
+    def __init__(self, workdir: str | Path, *, keep: int = 2, seed_stacked: bool = False):
+        self.seed_stacked = seed_stacked  # see restore
         self.directory = Path(workdir).resolve() / "checkpoints"
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
@@ -102,10 +103,26 @@ class Checkpointer:
         self._manager.save(step, args=args, force=True)
 
     def restore(self, template, step: int | None = None) -> tuple[Any, dict]:
-        """Restore into the structure, dtypes and shardings of ``template``."""
+        """Restore into the structure, dtypes and shardings of ``template``.
+
+        With ``seed_stacked`` the state is stacked over seeds (:mod:`dca_theory.lm.seed_loop`,
+        whose checkpoints list ``seeds`` in their meta); a checkpoint without ``seeds`` holds
+        one seed's state without that axis (the CLI's checkpoints before the seed axis): it is
+        restored into ``template``'s first seed and given the axis."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        meta = self.meta(step) if self.seed_stacked else None
+        if meta is not None and "seeds" not in meta:
+            one = jax.tree_util.tree_map(lambda x: x[0], template)
+            state, meta = self._restore(one, step)
+            shardings = jax.tree_util.tree_map(lambda x: x.sharding, template)
+            add_axis = jax.jit(lambda t: jax.tree_util.tree_map(lambda x: x[None], t),
+                               out_shardings=shardings)
+            return add_axis(state), meta
+        return self._restore(template, step)
+
+    def _restore(self, template, step: int) -> tuple[Any, dict]:
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _flat(template))
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                   meta=ocp.args.JsonRestore())

@@ -227,7 +227,7 @@ def resume(workdir: Path, train_cfg: LMTrainConfig, template, *,
     ``damaged_checkpoints/``, never deleted) so that the resumed run can save those steps.
     Of several processes, all restore and only process 0 (``move_damaged``) moves, once every
     process has restored."""
-    ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+    ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints, seed_stacked=True)
     try:
         for folder in ckpt.unfinished():
             print(f"ignoring {folder}: a checkpoint save that a kill interrupted (never restored)")

@@ -14,7 +14,10 @@ the files it wrote (:class:`dca_theory.lm.run_files.StartFiles`). Of several pro
 (:mod:`dca_theory.lm.distributed`) process 0 alone writes these files; every process takes part
 in each checkpoint save.
 
-Metrics are pulled to the host one step late (the device is never idle waiting for the host);
+Training runs through the one loop of :mod:`dca_theory.lm.seed_loop` with this run's seed as
+its only seed: parameters, optimiser state and dropout key carry a seed axis of length 1, in the
+checkpoints too (checkpoints written before that axis restore into it). Metrics are pulled to
+the host one step late (the device is never idle waiting for the host);
 a non-finite loss or gradient, or non-finite parameters at a checkpoint, stop the run with
 :class:`NonFiniteLossError`, keeping the last good checkpoint (checkpoints are only written after
 the step's metrics and the parameters were checked).
@@ -38,25 +41,19 @@ from tqdm.auto import tqdm
 from dca_theory.io import environment, to_jsonable, write_json
 from dca_theory.lm import data as lm_data
 from dca_theory.lm import distributed, run_files, workdir_lock
+from dca_theory.lm import seed_loop as sl
 from dca_theory.lm import sharding as shd
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.optim import make_lm_optimizer
 from dca_theory.lm.params import count_params
-from dca_theory.lm.steps import make_eval_step, make_train_step
+from dca_theory.lm.seed_loop import NonFiniteLossError, default_builder
+from dca_theory.lm.steps import make_train_step
 from dca_theory.lm.train_config import LMTrainConfig
 
 Builder = Callable[..., eqx.Module]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Training produced NaN/Inf; the message names the step and the last good checkpoint."""
-
-
-def default_builder(cfg: ModelConfig, *, key) -> eqx.Module:
-    from dca_theory.lm.model import build_model
-
-    return build_model(cfg, key=key)
+__all__ = ["NonFiniteLossError", "default_builder", "evaluate_run", "load_run", "restore_run",
+           "train_and_evaluate"]
 
 
 def resolve_configs(model_cfg: ModelConfig, train_cfg: LMTrainConfig,
@@ -86,18 +83,10 @@ def _load_corpus(train_cfg: LMTrainConfig, workdir: Path | None,
                                bpe_vocab_size=train_cfg.bpe_vocab_size, tokenizer=saved)
 
 
-def evaluate_lm(eval_fn, params, tokens: np.ndarray, *, seq_len: int, batch_size: int, mesh,
-                max_batches: int | None = None) -> dict[str, float]:
-    """Mean NLL per token and perplexity over (up to ``max_batches`` batches of) a split."""
-    nll, weight = 0.0, 0.0
-    for batch in lm_data.eval_batches(tokens, seq_len=seq_len, batch_size=batch_size,
-                                      max_batches=max_batches):
-        s, w = eval_fn(params, shd.put_batch(batch, mesh))
-        nll, weight = nll + float(s), weight + float(w)
-    if weight == 0:
-        raise ValueError("cannot evaluate an empty split (0 tokens)")
-    loss = nll / weight
-    return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "tokens": int(weight)}
+def scores(loss_S: np.ndarray, tokens: int) -> dict[str, float]:
+    """The one seed's mean NLL per token, perplexity and token count of a split."""
+    loss = float(loss_S[0])
+    return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "tokens": tokens}
 
 
 def _initial_model(model_cfg: ModelConfig, init_from: Path | None, build: Builder, key):
@@ -155,12 +144,14 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
                              f" > --steps {train_cfg.steps}; pass --steps >= {max(done)}")
     mesh = shd.make_mesh()
     shd.check_batch_divisible(train_cfg.batch_size, train_cfg.grad_accum, mesh)
-    init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
+    seeds = (train_cfg.seed,)  # the loop's seed axis holds this run's one seed
+    init_key, _ = sl.seed_keys(train_cfg.seed)
     # (when resuming, the checkpoint restored below overrides this initial model)
     model = _initial_model(model_cfg, init_from, build, init_key)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
+    params, static = sl.stack_models([model])
     optimizer = make_lm_optimizer(train_cfg)
-    opt_state = optimizer.init(params)
+    opt_state = jax.vmap(optimizer.init)(params)
+    rng = sl.dropout_keys(seeds)
     param_sh = shd.state_shardings(params, mesh, fsdp=train_cfg.fsdp)
     opt_sh = shd.state_shardings(opt_state, mesh, fsdp=train_cfg.fsdp)
     rep, batch_sh = shd.replicated(mesh), shd.batch_sharding(mesh)
@@ -203,47 +194,43 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
                 "step": start, "lr_from": stored_lr, "lr_to": train_cfg.lr})
             print(f"peak learning rate changed from {stored_lr} to {train_cfg.lr} at step {start}")
         distributed.barrier("lm-train-files")  # the workdir exists before orbax looks at it
-        ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
-        step_fn = jax.jit(make_train_step(static, optimizer, train_cfg),
-                          in_shardings=(param_sh, opt_sh, rep, batch_sh, rep),
-                          out_shardings=(param_sh, opt_sh, rep), donate_argnums=(0, 1))
-        eval_fn = jax.jit(make_eval_step(static, train_cfg), in_shardings=(param_sh, batch_sh),
-                          out_shardings=(rep, rep))
+        ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints, seed_stacked=True)
+        sampler = sl.HostBatches(
+            corpus.train, seeds, seq_len=seq_len, batch_size=train_cfg.batch_size, rows=rows,
+            place=lambda b: shd.put_batch(b, mesh, global_rows=train_cfg.batch_size))
+        run = sl.make_chunk_step(make_train_step(static, optimizer, train_cfg), sampler,
+                                 shardings=(param_sh, opt_sh, rep, batch_sh))
+        eval_fn = sl.make_eval_fn(static, train_cfg, shardings=(param_sh, batch_sh, rep))
         all_finite = jax.jit(lambda p: jnp.all(jnp.stack(
             [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(p)])))
-        eval_kw = {"seq_len": seq_len, "batch_size": train_cfg.batch_size // train_cfg.grad_accum,
-                   "mesh": mesh}
+
+        def evaluate(p, split: str, max_batches: int | None = None) -> dict[str, float]:
+            return scores(*sl.evaluate(
+                eval_fn, p, corpus.split(split), seq_len=seq_len,
+                batch_size=train_cfg.batch_size // train_cfg.grad_accum, max_batches=max_batches,
+                place=lambda b: shd.put_batch(b, mesh)))
+
         loop = _Loop(workdir, train_cfg, ckpt, start, history, primary)
+
+        def at_stop(done: int, p, o) -> None:
+            if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
+                if not bool(all_finite(p)):
+                    raise loop.non_finite(f"non-finite parameters after step {done}")
+                ckpt.save(done, (p, o, rng), sl.checkpoint_meta(done, seeds, model_cfg))
+            if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
+                loop.log_eval(done, "valid", evaluate(p, "valid", train_cfg.eval_batches))
+
         try:
             if (start and start % train_cfg.eval_every == 0 and start != train_cfg.steps
                     and not any(r["step"] == start and "valid_loss" in r for r in history)):
                 # a kill between the checkpoint and its evaluation lost this point: redo it
-                loop.log_eval(start, "valid", evaluate_lm(
-                    eval_fn, params, corpus.valid, **eval_kw, max_batches=train_cfg.eval_batches))
-            for step in range(start, train_cfg.steps):
-                batch = lm_data.train_batch(corpus.train, seq_len=seq_len,
-                                            batch_size=train_cfg.batch_size,
-                                            seed=train_cfg.seed, step=step, rows=rows)
-                batch = shd.put_batch(batch, mesh, global_rows=train_cfg.batch_size)
-                params, opt_state, metrics = step_fn(params, opt_state, rng, batch,
-                                                     np.int32(step))
-                loop.push(step + 1, metrics)  # checks the *previous* step's metrics
-                done = step + 1
-                for hook in hooks:
-                    hook(done)
-                if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
-                    loop.flush()
-                    if not bool(all_finite(params)):
-                        raise loop.non_finite(f"non-finite parameters after step {done}")
-                    ckpt.save(done, (params, opt_state, rng),
-                              {"step": done, "data_step": done, "seed": train_cfg.seed,
-                               "model": to_jsonable(model_cfg)})
-                if done % train_cfg.eval_every == 0 and done != train_cfg.steps:
-                    loop.flush()
-                    result = evaluate_lm(eval_fn, params, corpus.valid, **eval_kw,
-                                         max_batches=train_cfg.eval_batches)
-                    loop.log_eval(done, "valid", result)
-            loop.flush()
+                loop.log_eval(start, "valid", evaluate(params, "valid", train_cfg.eval_batches))
+            params, opt_state = sl.train_loop(
+                params, opt_state, run, sampler, rng_S=rng, start=start, steps=train_cfg.steps,
+                seeds=seeds, on_metrics=loop.record, at_stop=at_stop, hooks=hooks, lag=True,
+                bar=loop.bar, non_finite=loop.non_finite,
+                stops=lambda d: (d % train_cfg.checkpoint_every == 0
+                                 or d % train_cfg.eval_every == 0))
         finally:
             ckpt.wait()
             loop.close()
@@ -251,7 +238,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
         for split in ("valid", "test"):  # a final evaluation already logged is reused
             final[split] = run_files.logged_eval(history, train_cfg.steps, split)
             if final[split] is None:
-                final[split] = evaluate_lm(eval_fn, params, corpus.split(split), **eval_kw)
+                final[split] = evaluate(params, split)
                 loop.log_eval(train_cfg.steps, split, final[split])
     except BaseException as err:
         if ckpt is not None:
@@ -272,7 +259,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
         "steps": train_cfg.steps, "resumed_from": start, "seq_len": seq_len,
         "init_from": str(init_from) if init_from is not None else None,
         "devices": mesh.size, "processes": jax.process_count(),
-        "n_params": count_params(eqx.combine(params, static)),
+        "n_params": count_params(eqx.combine(sl.seed_slice(params, 0), static)),
         "final_train_loss": loop.last_loss,
         **{f"{s}_{k}": v for s, r in final.items() for k, v in r.items()},
         "valid_ppl_history": loop.valid_history, "tokens_per_s": loop.tokens_per_s,
@@ -285,13 +272,13 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
 
 
 class _Loop:
-    """Host-side bookkeeping: delayed metric fetch, NaN guard, JSON lines, progress bar."""
+    """Host-side bookkeeping of the CLI's run: metrics lines, evaluation lines, the progress
+    bar and the message of a non-finite stop (naming the last good checkpoint)."""
 
     def __init__(self, workdir: Path, cfg: LMTrainConfig, ckpt: Checkpointer, start: int,
                  history: list[dict], primary: bool = True):
         self.path, self.cfg, self.ckpt = workdir / "metrics.jsonl", cfg, ckpt
         self.primary = primary  # only process 0 writes metrics and shows progress
-        self.pending = None
         trained = [r for r in history if "loss" in r]  # a rerun of a finished run trains nothing
         self.last_loss = float(trained[-1]["loss"]) if trained else float("nan")
         self.valid_history: list[tuple[int, float]] = [
@@ -301,30 +288,22 @@ class _Loop:
         self.bar = tqdm(total=cfg.steps, initial=start, disable=not (cfg.progress and primary),
                         unit="step", dynamic_ncols=True)
 
-    def push(self, step: int, metrics) -> None:
-        self.flush()
-        self.pending = (step, metrics)
-
-    def flush(self) -> None:
-        if self.pending is None:
-            return
-        step, metrics = self.pending
-        self.pending = None
-        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        if not (np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])):
-            raise self.non_finite(f"non-finite loss {m['loss']} / grad norm {m['grad_norm']} "
-                                  f"at step {step}")
-        self.last_loss, self._tokens = m["loss"], self._tokens + m["tokens"]
-        self.bar.update(1)
-        if step % self.cfg.log_every == 0 or step == self.cfg.steps:
-            now = time.perf_counter()
-            self.tokens_per_s = self._tokens / max(now - self._t, 1e-9)
-            self._t, self._tokens = now, 0.0
-            if self.primary:
-                run_files.append_metrics(self.path, {
-                    "step": step, "loss": m["loss"], "lr": m["lr"], "grad_norm": m["grad_norm"],
-                    "tokens_per_s": self.tokens_per_s})
-            self.bar.set_postfix(loss=f"{m['loss']:.3f}", tok_s=f"{self.tokens_per_s:,.0f}")
+    def record(self, step0: int, metrics: dict, seconds: float) -> None:
+        """The checked metrics (``[k, 1]`` arrays) of steps ``step0 + 1 ...``: a metrics line
+        every ``log_every`` steps and at the last one."""
+        for row in range(metrics["loss"].shape[0]):
+            step = step0 + row + 1
+            m = {k: float(v[row, 0]) for k, v in metrics.items()}
+            self.last_loss, self._tokens = m["loss"], self._tokens + m["tokens"]
+            if step % self.cfg.log_every == 0 or step == self.cfg.steps:
+                now = time.perf_counter()
+                self.tokens_per_s = self._tokens / max(now - self._t, 1e-9)
+                self._t, self._tokens = now, 0.0
+                if self.primary:
+                    run_files.append_metrics(self.path, {
+                        "step": step, "loss": m["loss"], "lr": m["lr"],
+                        "grad_norm": m["grad_norm"], "tokens_per_s": self.tokens_per_s})
+                self.bar.set_postfix(loss=f"{m['loss']:.3f}", tok_s=f"{self.tokens_per_s:,.0f}")
 
     def non_finite(self, what: str) -> NonFiniteLossError:
         self.ckpt.wait()
@@ -361,10 +340,10 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
     workdir = Path(workdir)
     model_cfg, train_cfg = load_configs(workdir)
     tokenizer = lm_data.Tokenizer.load(workdir / "tokenizer.json")
-    init_key, rng = jax.random.split(jax.random.PRNGKey(train_cfg.seed))
-    params, static = eqx.partition(build(model_cfg, key=init_key), eqx.is_inexact_array)
-    opt_state = make_lm_optimizer(train_cfg).init(params)
-    ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+    params, static = sl.stack_models(sl.init_models(model_cfg, (train_cfg.seed,), build=build))
+    opt_state = jax.vmap(make_lm_optimizer(train_cfg).init)(params)
+    rng = sl.dropout_keys((train_cfg.seed,))
+    ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints, seed_stacked=True)
     try:
         for folder in ckpt.unfinished():
             notify(f"ignoring {folder}: a checkpoint save that a kill interrupted")
@@ -373,7 +352,7 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
                                                       notify=notify)
     finally:
         ckpt.close()
-    return eqx.combine(params, static), tokenizer, model_cfg, train_cfg, step
+    return eqx.combine(sl.seed_slice(params, 0), static), tokenizer, model_cfg, train_cfg, step
 
 
 def load_run(workdir: str | Path, *, build: Builder = default_builder, step: int | None = None):
@@ -402,12 +381,12 @@ def evaluate_run(workdir: str | Path, splits: Sequence[str] = ("valid", "test"),
     mesh = shd.make_mesh()
     batch_size = batch_size or train_cfg.batch_size // train_cfg.grad_accum
     shd.check_batch_divisible(batch_size, 1, mesh)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    eval_fn = jax.jit(make_eval_step(static, train_cfg))
+    params, static = sl.stack_models([model])
+    eval_fn = sl.make_eval_fn(static, train_cfg)
     results = {}
     for split in splits:
-        r = evaluate_lm(eval_fn, params, corpus.split(split), seq_len=seq_len,
-                        batch_size=batch_size, mesh=mesh)
+        r = scores(*sl.evaluate(eval_fn, params, corpus.split(split), seq_len=seq_len,
+                                batch_size=batch_size, place=lambda b: shd.put_batch(b, mesh)))
         if not math.isfinite(r["loss"]):
             raise NonFiniteLossError(f"checkpoint step {step} in {workdir} scores a non-finite "
                                      f"{split} loss ({r['loss']}): the run diverged")

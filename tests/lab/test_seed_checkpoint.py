@@ -1,6 +1,7 @@
-"""Mid-run checkpoints of the multi-seed trainer: a run interrupted and resumed ends exactly where
-an uninterrupted run ends; a checkpoint of another run, or a damaged one, is refused in one line;
-the run cache deletes the checkpoint once the run's record is written."""
+"""Mid-run checkpoints of the multi-seed trainer (the training loop's orbax format): a run
+interrupted and resumed ends exactly where an uninterrupted run ends; a checkpoint of another run,
+or a damaged one, is refused in one line; the run cache deletes the checkpoints once the run's
+record is written, and names a checkpoint of the older single-file format instead of reading it."""
 
 import json
 
@@ -8,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from dca_theory.lab import lm_runs, seed_checkpoint
+from dca_theory.lab import lm_runs
+from dca_theory.lab import seeds as lab_seeds
 from dca_theory.lab.lm_evidence_analysis import cumulative_eval_times
 from dca_theory.lab.seeds import train_lm_seeds
 from dca_theory.lm import data as lm_data
@@ -42,11 +44,11 @@ def _stop_at(step):
 @pytest.mark.slow
 def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(corpus, tmp_path):
     whole = train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, keep_params=True, final_batches=2)
-    ckpt = tmp_path / "partial.npz"
+    ckpt = tmp_path / "partial"
     with pytest.raises(Interrupt):  # killed after step 7; the last checkpoint is at step 4
         train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt, checkpoint_every=4,
                        log=_stop_at(7))
-    assert ckpt.is_file()
+    assert (ckpt / "checkpoints" / "4").is_dir()
     resumed = train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, keep_params=True, final_batches=2,
                              checkpoint=ckpt, checkpoint_every=4)
     assert resumed.restart_steps == (0, 4)
@@ -63,7 +65,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one_bit_for_bit(corpus, tmp_path)
 
 
 def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused(corpus, tmp_path, capsys):
-    ckpt = tmp_path / "partial.npz"
+    ckpt = tmp_path / "partial"
     with pytest.raises(Interrupt):
         train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt, checkpoint_every=2,
                        log=_stop_at(3))
@@ -73,15 +75,19 @@ def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused(corpus, tmp_pat
     with pytest.raises(ValueError, match="belongs to a different run"):
         train_lm_seeds(CFG, TC, (0, 2), corpus=corpus, checkpoint=ckpt)
     # a config field the checkpoint's writer did not have yet is not a difference
-    stored = json.loads(seed_checkpoint.fingerprint(CFG, TC.validate(), (0, 1), ()))
+    stored = json.loads(lab_seeds.fingerprint(CFG, TC.validate(), (0, 1), ()))
     current = {**stored, "model": {**stored["model"], "a_later_field": "x"}}
-    assert seed_checkpoint.same_run(json.dumps(stored), json.dumps(current))
+    assert lab_seeds.same_run(json.dumps(stored), json.dumps(current))
     changed = {**stored, "model": {**stored["model"], "d_model": 2 * CFG.d_model}}
-    assert not seed_checkpoint.same_run(json.dumps(stored), json.dumps(changed))
-    ckpt.write_bytes(ckpt.read_bytes()[:100])  # a truncated file
-    with pytest.raises(ValueError, match="unreadable checkpoint") as err:
+    assert not lab_seeds.same_run(json.dumps(stored), json.dumps(changed))
+    # the only checkpoint (step 2) truncated: it does not restore, and it is not deleted
+    for f in (ckpt / "checkpoints" / "2" / "state").rglob("*"):
+        if f.is_file() and f.stat().st_size > 0:
+            f.write_bytes(f.read_bytes()[:8])
+    with pytest.raises(ValueError, match="restores cleanly") as err:
         train_lm_seeds(CFG, TC, (0, 1), corpus=corpus, checkpoint=ckpt)
     assert "\n" not in str(err.value)
+    assert [p.name for p in (ckpt / "checkpoints").iterdir()] == ["2"]
 
 
 def test_the_run_cache_resumes_and_then_deletes_its_checkpoint(corpus, tmp_path, monkeypatch,
@@ -97,7 +103,7 @@ def test_the_run_cache_resumes_and_then_deletes_its_checkpoint(corpus, tmp_path,
 
     with pytest.raises(Interrupt):
         lm_runs.ensure_run(spec, tmp_path, log=stop)
-    assert (folder / lm_runs.PARTIAL).is_file() and not lm_runs.is_cached(spec, tmp_path)
+    assert (folder / lm_runs.PARTIAL).is_dir() and not lm_runs.is_cached(spec, tmp_path)
     record = lm_runs.ensure_run(spec, tmp_path)
     assert "resuming ckpt from step 4 of 10" in capsys.readouterr().err
     assert record["restart_steps"] == [0, 4]
@@ -108,3 +114,14 @@ def test_the_run_cache_resumes_and_then_deletes_its_checkpoint(corpus, tmp_path,
     median = np.median(np.delete(t, [0, 4]))
     expected = np.cumsum(np.where(np.isin(np.arange(10), [0, 4]), median, t))
     np.testing.assert_allclose(cumulative_eval_times(curves), expected[curves["eval_steps"] - 1])
+
+
+def test_the_run_cache_names_a_checkpoint_of_the_older_format(corpus, tmp_path, monkeypatch):
+    spec = lm_runs.RunSpec(label="old", model=CFG, train=TC, seeds=(0, 1), final_batches=2)
+    monkeypatch.setattr(lm_runs, "cached_corpus", lambda *a: corpus)
+    (tmp_path / spec.key).mkdir()
+    (tmp_path / spec.key / lm_runs.OLD_PARTIAL).write_bytes(b"PK")
+    with pytest.raises(ValueError, match=r"partial\.npz is a checkpoint in a format .* delete "
+                                         r"it to train this run from step 0") as err:
+        lm_runs.ensure_run(spec, tmp_path)
+    assert "\n" not in str(err.value) and not lm_runs.is_cached(spec, tmp_path)

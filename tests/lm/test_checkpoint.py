@@ -16,6 +16,7 @@ from dca_theory.io import to_jsonable
 from dca_theory.lm import train as lm_train
 from dca_theory.lm.checkpoint import Checkpointer
 from dca_theory.lm.config import PRESETS
+from dca_theory.lm.seed_loop import stack_models
 from dca_theory.lm.train_config import TRAIN_PRESETS
 
 # dropout > 0 so that resuming must also reproduce the RNG stream exactly
@@ -96,19 +97,21 @@ def test_checkpoint_holds_state_step_rng_and_data_position(two_step_run, corpus)
     cfg = _cfg(corpus, steps=2)
     model, tok, model_cfg, train_cfg = lm_train.load_run(two_step_run, build=build_bigram)
     assert model_cfg.vocab_size == tok.vocab_size and train_cfg == cfg
-    params = eqx.filter(model, eqx.is_inexact_array)
-    template = (params, make_lm_optimizer(cfg).init(params), jax.random.PRNGKey(123))
+    # the state is stacked over the run's seeds (lm.seed_loop): one seed, a leading axis of 1
+    params, _ = stack_models([model])
+    template = (params, jax.vmap(make_lm_optimizer(cfg).init)(params),
+                jax.random.PRNGKey(123)[None])
     ckpt = Checkpointer(two_step_run)
     try:
         assert ckpt.latest_step() == 2
         (_, opt_state, rng), meta = ckpt.restore(template)
     finally:
         ckpt.close()
-    assert meta == {"step": 2, "data_step": 2, "seed": 0, "model": to_jsonable(model_cfg)}
-    counts = [int(x) for x in jax.tree_util.tree_leaves(opt_state) if x.dtype == jnp.int32]
-    assert counts and set(counts) == {2}  # AdamW has made exactly two updates
+    assert meta == {"step": 2, "data_step": 2, "seeds": [0], "model": to_jsonable(model_cfg)}
+    counts = [x for x in jax.tree_util.tree_leaves(opt_state) if x.dtype == jnp.int32]
+    assert counts and all(c.tolist() == [2] for c in counts)  # AdamW made exactly two updates
     expected_rng = jax.random.split(jax.random.PRNGKey(cfg.seed))[1]
-    np.testing.assert_array_equal(rng, expected_rng)
+    np.testing.assert_array_equal(rng, expected_rng[None])
 
 
 def test_finished_run_is_not_retrained_and_can_be_extended(two_step_run, corpus):

@@ -359,8 +359,8 @@ def test_equal_time_without_overlap_is_none_not_an_error():
 def test_a_diverged_grid_run_is_marked_reported_and_not_retried(tmp_path, monkeypatch):
     cfg = E.EvidenceSettings.preset(False)
     s = E.arm_spec(cfg, False, "dca", 16, "ptb-char", 0.064)
-    (tmp_path / s.key).mkdir()
-    (tmp_path / s.key / "partial.npz").write_bytes(b"checkpoint")
+    (tmp_path / s.key / "partial" / "checkpoints" / "250").mkdir(parents=True)  # mid-run
+    (tmp_path / s.key / "partial.npz").write_bytes(b"checkpoint")  # the older format's
     calls, logged = [], []
 
     def diverging(spec, cache, log=None):
@@ -369,6 +369,7 @@ def test_a_diverged_grid_run_is_marked_reported_and_not_retried(tmp_path, monkey
 
     monkeypatch.setattr(E, "ensure_run", diverging)
     assert E.run_unless_diverged(s, tmp_path, log=lambda **r: logged.append(r)) is None
-    assert E.is_diverged(s, tmp_path) and not (tmp_path / s.key / "partial.npz").exists()
+    assert E.is_diverged(s, tmp_path) and not (tmp_path / s.key / "partial").exists()
+    assert not (tmp_path / s.key / "partial.npz").exists()
     assert logged[0]["kind"] == "diverged" and "step 812" in logged[0]["error"]
     assert E.run_unless_diverged(s, tmp_path) is None and calls == [s.key]  # not retried
