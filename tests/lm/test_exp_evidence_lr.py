@@ -1,6 +1,6 @@
 """lm_evidence_lr: the post-hoc rate check's statistic on hand-made records, and its refusals
-(its run on a tiny grid is in tests/test_user_commands.py, on the quick grid in the slow test of
-tests/lm/test_exp_evidence.py)."""
+(its run on a tiny grid is in tests/test_user_commands_evidence.py, on the quick grid in the
+slow test of tests/lm/test_exp_evidence.py)."""
 
 from __future__ import annotations
 
