@@ -219,11 +219,27 @@ def _entry_pre(ws, h):
                  for w in ws)
 
 
+def _entries(count, size: int, entry, init):
+    """``entry(i, valid, acc)`` for ``i = 0, …, count - 1`` in a loop of run-time length,
+    :data:`FORWARD_UNROLL` entries per iteration (the last iteration's extra entries run with
+    ``valid`` false at index ``min(i, size - 1)``, so that ``entry`` must leave ``acc`` as it
+    is)."""
+    u = FORWARD_UNROLL
+
+    def chunk(j, acc):
+        for k in range(u):
+            i = j * u + k
+            acc = entry(jnp.minimum(i, size - 1), i < count, acc)
+        return acc
+
+    return jax.lax.fori_loop(0, (count + u - 1) // u, chunk, init)
+
+
 def _through_forward(gate, bs, ws, buffer, count):
     spec = gates.get(gate)
 
-    def add_entry(i, outs):
-        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
+    def add_entry(i, valid, outs):
+        h = jnp.where(valid, jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False), 0)
         pres = _entry_pre(ws, h)
         return tuple(
             y + _coefficient(spec, jax.lax.dynamic_index_in_dim(b, i, keepdims=False), h,
@@ -231,7 +247,7 @@ def _through_forward(gate, bs, ws, buffer, count):
             for y, b, pre in zip(outs, bs, pres))
 
     zeros = tuple(jnp.zeros(buffer.shape[1:], buffer.dtype) for _ in bs)
-    return jax.lax.fori_loop(0, count, add_entry, zeros)
+    return _entries(count, buffer.shape[0], add_entry, zeros)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -248,9 +264,10 @@ def _through_bwd(gate, residuals, cotangents):
     d_outs, d_buffer = cotangents
     spec = gates.get(gate)
 
-    def back_entry(i, acc):
+    def back_entry(i, valid, acc):
+        # an invalid entry (past count) is zero: no b, w or buffer gradient
         d_buf, d_bs, d_ws = acc
-        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
+        h = jnp.where(valid, jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False), 0)
         pres = _entry_pre(ws, h)
         d_h = jnp.zeros_like(h)
         new_bs, new_ws = [], []
@@ -258,17 +275,19 @@ def _through_bwd(gate, residuals, cotangents):
             b_i = jax.lax.dynamic_index_in_dim(b, i, keepdims=False)
             term_h, term_b, d_pre = _entry_terms(spec, b_i, w, h, pre, dy.astype(h.dtype))
             d_h = d_h + term_h
-            new_bs.append(jax.lax.dynamic_update_index_in_dim(
-                d_b, term_b.astype(d_b.dtype), i, 0))
+            term_b = jnp.where(valid, term_b.astype(d_b.dtype),
+                               jax.lax.dynamic_index_in_dim(d_b, i, keepdims=False))
+            new_bs.append(jax.lax.dynamic_update_index_in_dim(d_b, term_b, i, 0))
             new_ws.append(None if w is None else d_w + jnp.tensordot(
                 d_pre, h, axes=(tuple(range(h.ndim - 1)),) * 2).astype(d_w.dtype))
         row = jax.lax.dynamic_index_in_dim(d_buf, i, keepdims=False)
-        d_buf = jax.lax.dynamic_update_index_in_dim(d_buf, row + d_h.astype(d_buf.dtype), i, 0)
+        d_h = jnp.where(valid, d_h.astype(d_buf.dtype), 0)
+        d_buf = jax.lax.dynamic_update_index_in_dim(d_buf, row + d_h, i, 0)
         return d_buf, tuple(new_bs), tuple(new_ws)
 
     init = (d_buffer, tuple(jnp.zeros_like(b) for b in bs),
             tuple(None if w is None else jnp.zeros_like(w) for w in ws))
-    d_buffer, d_bs, d_ws = jax.lax.fori_loop(0, count, back_entry, init)
+    d_buffer, d_bs, d_ws = _entries(count, buffer.shape[0], back_entry, init)
     return d_bs, d_ws, d_buffer, None
 
 
