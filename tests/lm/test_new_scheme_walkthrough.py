@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decode_helpers import decoded
 from zoo_helpers import perturb
 
 from dca_theory import schemes
@@ -82,16 +83,6 @@ def _loss(model, tokens_L):
     return -jnp.mean(jnp.take_along_axis(logp_LxV, tokens_L[1:, None], axis=1))
 
 
-@eqx.filter_jit
-def _decoded(trunk, x_LxD, chunk):
-    """The trunk output at every position, fed ``chunk`` tokens at a time through the cache."""
-    cache, out = trunk.empty_cache(), []
-    for start in range(0, x_LxD.shape[0], chunk):
-        h, cache = trunk.decode(x_LxD[start:start + chunk], cache, jnp.asarray(start))
-        out.append(h)
-    return jnp.concatenate(out)
-
-
 def _block0_input(name, mixer, embed_LxD):
     """Block 0's input by the example's rule: ``s_0 · mean(x)``, or ``(w_00 + w_01) x`` for
     two streams that both hold x."""
@@ -137,7 +128,7 @@ def test_worked_mixer_example_runs_as_written(scheme):
     x_LxD = jax.random.normal(jax.random.PRNGKey(3), (cfg.max_len, cfg.d_model), jnp.float64)
     full = eqx.filter_jit(lambda t, x: t(x, causal=True))(trunk, x_LxD)
     for chunk in (1, 3):
-        assert _max_rel(_decoded(trunk, x_LxD, chunk), full) < 1e-10, chunk
+        assert _max_rel(decoded(trunk, x_LxD, chunk), full) < 1e-10, chunk
 
     vanilla = ScannedTrunk.init(cfg.replace(residual="vanilla"), key=key)
     assert overhead(cfg) == trunk_count(trunk) - trunk_count(vanilla) == trunk.mixer.layers.size

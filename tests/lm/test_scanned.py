@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from decode_helpers import decoded
 from zoo_helpers import F64, perturb
 
 from dca_theory.lm.params import overhead
@@ -114,16 +115,6 @@ def test_scanned_trunk_equals_the_per_block_trunk_in_float64(changes):
         assert _max_rel(s_new[name], s_old[name]) < RTOL, name
 
 
-@eqx.filter_jit
-def _decoded(trunk, x_LxD, chunk):
-    """The trunk output at every position, fed ``chunk`` tokens at a time through the cache."""
-    cache, out = trunk.empty_cache(), []
-    for start in range(0, x_LxD.shape[0], chunk):
-        h, cache = trunk.decode(x_LxD[start:start + chunk], cache, jnp.asarray(start))
-        out.append(h)
-    return jnp.concatenate(out)
-
-
 @pytest.mark.parametrize("changes", KINDS, ids=_ids)
 def test_scanned_decode_equals_the_full_pass_at_every_position(changes):
     cfg = CFG.replace(**changes)
@@ -132,4 +123,4 @@ def test_scanned_decode_equals_the_full_pass_at_every_position(changes):
     x_LxD = jax.random.normal(jax.random.PRNGKey(2), (cfg.max_len, cfg.d_model), jnp.float64)
     full = eqx.filter_jit(lambda t, x: t(x, causal=True))(trunk, x_LxD)
     for chunk in (1, 3):
-        assert _max_rel(_decoded(trunk, x_LxD, chunk), full) < 1e-12, chunk
+        assert _max_rel(decoded(trunk, x_LxD, chunk), full) < 1e-12, chunk
