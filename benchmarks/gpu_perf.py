@@ -303,7 +303,8 @@ def decode_piece(piece: dict, args, budget: Budget, costs: dict, skipped: list, 
     """Fill ``piece`` (``{"depth", "variants"}``, in the record) with the decode figures."""
     depth = piece["depth"]
     ns = SimpleNamespace(width=args.width, depth=depth, context=args.seq, vocab=args.vocab,
-                         dtype=args.compute_dtype, warmup=1, tokens=args.decode_tokens)
+                         dtype=args.compute_dtype, warmup=1, tokens=args.decode_tokens,
+                         layer_loop="unroll")
     piece |= {"context": args.seq, "dtype": args.compute_dtype}
     runs = {}
     for v in (v for v in args.variants if v in lm_decode.DECODE_VARIANTS):

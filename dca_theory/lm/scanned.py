@@ -17,6 +17,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from dca_theory.lm.blocks import PreLNBlock, matmul_dtype
@@ -41,8 +42,11 @@ class ScannedTrunk(AbstractTrunk):
 
     @classmethod
     def from_trunk(cls, trunk: AbstractTrunk) -> ScannedTrunk:
-        """The same trunk, given in the per-block layout (exact)."""
+        """The same trunk, given in the per-block layout (exact). NumPy leaves (a model read
+        back from a run's saved arrays) become JAX arrays first."""
         from dca_theory.lm.zoo.dca import pre_ln_blocks
+
+        trunk = jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x, trunk)
 
         kind = trunk.cfg.residual
         blocks = pre_ln_blocks(trunk) if kind == "dca" else list(trunk.blocks)
