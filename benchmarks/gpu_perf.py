@@ -21,7 +21,7 @@ Model: width 512, heads of 64, MLP 4× width, sequence 1024, batch 32, vocabular
 0, float32 master weights with ``--compute-dtype`` (default bfloat16) matmuls, the project's
 AdamW train step (``dca_theory.lm.steps.make_train_step``), synthetic tokens. Variants:
 ``vanilla``, ``2-dca``, ``dca`` (the default fused GRN path; on a GPU it is lowered without the
-XLA:CPU workarounds, see :mod:`dca_theory.lm.fast_path`); ``--variants`` adds the rivals,
+XLA:CPU workarounds, see :mod:`dca_theory.lm.fast.fused_grn`); ``--variants`` adds the rivals,
 and the ``-scan`` variants (``layer_loop="scan"``, compile time flat in depth).
 A vanilla step is 5.8 (6 layers) and 20.6 (24 layers) model TFLOP: at 20-40 % of the H200's
 measured 789 TFLOP/s bf16 matmul rate (§6.6) about 18-37 and 65-130 ms, long enough that kernel

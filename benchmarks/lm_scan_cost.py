@@ -23,11 +23,11 @@ program is traced (:func:`scan_settings`, restored afterwards):
   each block's reads on the final buffer with the later slots zeroed (a rebuilt copy per
   block) rather than on the final buffer itself;
 * ``dca-scan-writeonce``: ``DCAMixer.block_reads_state = True``, so the driver runs
-  :func:`~dca_theory.lm.buffer_scans.write_once_scan` (the backward pass recomputes each whole
+  :func:`~dca_theory.lm.fast.buffer_scans.write_once_scan` (the backward pass recomputes each whole
   step, blocks included) instead of the shadow scan (which recomputes only the mixer steps);
 * ``dca-scan-refgrn`` (and ``2-dca-scan-refgrn``): the mixer's GRNs through the combiner
   classes' own ``__call__`` on the masked buffer (autodiff of the broadcast formula) instead of
-  the buffer GRN kernels of :mod:`dca_theory.lm.buffer_grn`.
+  the buffer GRN kernels of :mod:`dca_theory.lm.fast.buffer_grn`.
 
 A loop whose trip count is only known at run time (the scanned GRNs visit the slots written so
 far: a loop of ``t + 1`` iterations in block t) is counted once per execution, a lower bound;
@@ -75,12 +75,13 @@ from dca_theory.lm.zoo import dca as zoo_dca  # noqa: E402
 
 
 def reference_grns(grns, buffer):
-    """:func:`~dca_theory.lm.buffer_grn.buffer_grns` through each combiner's own ``__call__``."""
+    """:func:`~dca_theory.lm.fast.buffer_grn.buffer_grns` through each combiner's own
+    ``__call__``."""
     return tuple(g(buffer) for g in grns)
 
 
 def reference_grns_through(grns, buffer, count):
-    """:func:`~dca_theory.lm.buffer_grn.buffer_grns_through` through each combiner's own
+    """:func:`~dca_theory.lm.fast.buffer_grn.buffer_grns_through` through each combiner's own
     ``__call__`` on the buffer with the slots from ``count`` on zeroed."""
     slot = jax.numpy.arange(buffer.shape[0]).reshape((-1,) + (1,) * (buffer.ndim - 1))
     masked = jax.numpy.where(slot < count, buffer, 0)

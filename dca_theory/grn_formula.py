@@ -8,7 +8,7 @@ A GRN combines the stack entries :math:`h_i` with per-entry coefficients
 ``b_i`` a scalar (GRN-v1) or a ``D``-vector (GRN-v2/v3), the gate term GRN-v3's only
 (:mod:`dca_theory.gates` names the forms). The
 functions below use only array methods and operators (``reshape``, ``@``, ``*``, ``sum``), so the
-JAX combiners (:mod:`dca_theory.residual`), the fast LM path (:mod:`dca_theory.lm.fast_path`)
+JAX combiners (:mod:`dca_theory.residual`), the fast LM path (:mod:`dca_theory.lm.fast.fused_grn`)
 and the theory's numpy mirror (:mod:`dca_theory.theory.constructions`) all evaluate this one
 definition; the caller supplies the gate function (JAX's ReLU with its derivative convention,
 or numpy's ``maximum``).

@@ -427,7 +427,7 @@ class ResidualStack(eqx.Module):
     def push(self, f: Float[Array, "*batch D"], add=jnp.add) -> ResidualStack:
         """The stack with ``f`` on top; ``add(middle, oldest)`` folds an output leaving the
         k-window into the middle sum (the LM's fast path passes its own:
-        :mod:`dca_theory.lm.fast_path`)."""
+        :mod:`dca_theory.lm.fast.fused_grn`)."""
         recent, middle = self.recent + (f,), self.middle
         if self.k is not None and len(recent) > self.k:
             oldest, recent = recent[0], recent[1:]
@@ -447,7 +447,7 @@ class ResidualStack(eqx.Module):
 
     def with_entries(self, entries: Sequence[Array]) -> ResidualStack:
         """The same stack holding ``entries`` (slot order of :meth:`entries`) instead (the LM's
-        fast path threads its entries through here: :mod:`dca_theory.lm.fast_path`)."""
+        fast path threads its entries through here: :mod:`dca_theory.lm.fast.fused_grn`)."""
         if len(entries) != self.size:
             raise ValueError(f"a stack of size {self.size} cannot hold {len(entries)} entries")
         mid = None if self.middle is None else entries[1]

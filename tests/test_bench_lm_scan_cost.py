@@ -82,7 +82,7 @@ def test_scan_settings_are_restored_even_after_an_error(bench):
 
 def test_reference_grns_compute_what_the_buffer_kernels_do(bench):
     # the refgrn variant changes how the GRNs are computed, not the model
-    from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
+    from dca_theory.lm.fast.buffer_grn import buffer_grns, buffer_grns_through
     from dca_theory.residual import GRNv3
 
     kb, kw, kh = jax.random.split(jax.random.PRNGKey(0), 3)

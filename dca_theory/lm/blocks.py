@@ -52,7 +52,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.fast_path import combine_and_norm
+from dca_theory.lm.fast.fused_grn import combine_and_norm
 from dca_theory.lm.norm import at_least_float32, layer_norm
 from dca_theory.residual import AbstractCombiner, make_combiner
 
@@ -303,7 +303,7 @@ class DCABlock(eqx.Module):
         ``S×L×D`` array or a tuple of entries: three :class:`AbstractCombiner` calls on the stacked
         entries, then the three LayerNorms. ``entries`` is the stack's tuple of entries, to
         read the stack through from now on. ``grn_impl`` picks the path (same values and
-        gradients; the fused one is described in :mod:`dca_theory.lm.fast_path`).
+        gradients; the fused one is described in :mod:`dca_theory.lm.fast.fused_grn`).
         """
         grns, norms = (self.grn_q, self.grn_k, self.grn_v), (self.ln_q, self.ln_k, self.ln_v)
         return combine_and_norm(grns, norms, stack, grn_impl)

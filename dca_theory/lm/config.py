@@ -64,7 +64,7 @@ class ModelConfig:
     grn_input: bool = True
     # How stack-reading GRNs run (same function, value and gradient): "fused" computes a
     # block's GRNs in one pass over the stack entries with a hand-written backward that keeps
-    # only the entries (dca_theory.lm.fast_path); "reference" stacks the entries into one
+    # only the entries (dca_theory.lm.fast.fused_grn); "reference" stacks the entries into one
     # array per block and applies each Combiner (autodiff keeps every stacked copy). "fused"
     # has custom VJPs, so it supports reverse mode only: use "reference" for jax.jvp/jacfwd.
     grn_impl: str = "fused"

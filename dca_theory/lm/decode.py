@@ -46,7 +46,7 @@ from jaxtyping import Array, Float, Int
 
 from dca_theory.lm.baselines import DenseFormerTrunk, HyperConnectionsTrunk, LaurelTrunk
 from dca_theory.lm.blocks import Attention, DCABlock, PreLNBlock, matmul_dtype
-from dca_theory.lm.fast_path import combine_stack
+from dca_theory.lm.fast.fused_grn import combine_stack
 from dca_theory.lm.model import TransformerLM, sinusoidal_positions
 from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, ResidualTrunk
 from dca_theory.residual import ResidualStack, stack_size

@@ -50,8 +50,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dropout, split_or_none
-from dca_theory.lm.buffer_scans import shadow_scan, write_once_scan
 from dca_theory.lm.config import ModelConfig
+from dca_theory.lm.fast.buffer_scans import shadow_scan, write_once_scan
 
 #: groups of consecutive blocks whose buffer reads are cut to what their last block can read
 #: (one ``lax.switch`` branch each in the scan body): a mixer that :attr:`~Mixer.narrows`
@@ -143,16 +143,16 @@ class Mixer(eqx.Module):
     slots_per_block: ClassVar[int] = 1
     #: whether the block reads the state through a BlockIO hook (``mlp_input``,
     #: ``mix_values``), so that a buffer's scan must recompute the whole step
-    #: (:mod:`dca_theory.lm.buffer_scans`)
+    #: (:mod:`dca_theory.lm.fast.buffer_scans`)
     block_reads_state: ClassVar[bool] = False
     #: whether :meth:`narrow` is implemented: block t then reads only the buffer's first
     #: slots (see :data:`READ_GROUPS`)
     narrows: ClassVar[bool] = False
     #: whether :meth:`read_through` and :meth:`write` read no buffer slot that block t has not
     #: written yet (from ``1 + slots_per_block · t`` on), e.g. through
-    #: :func:`~dca_theory.lm.buffer_grn.buffer_grns_through`: the backward pass then
+    #: :func:`~dca_theory.lm.fast.buffer_grn.buffer_grns_through`: the backward pass then
     #: recomputes them on the final buffer as it is, not on a rebuilt copy with those slots
-    #: zeroed (:mod:`dca_theory.lm.buffer_scans`)
+    #: zeroed (:mod:`dca_theory.lm.fast.buffer_scans`)
     reads_written_only: ClassVar[bool] = False
 
     #: whether :meth:`read` hands the block a hook (``mix_values``, ``mlp_input``): its branch
@@ -179,7 +179,7 @@ class Mixer(eqx.Module):
     def read_through(self, p: Any, state: State, t: Array) -> tuple[BlockIO, State]:
         """:meth:`read`, and the state :meth:`write` continues from: the same, unless the read
         passes the buffer through a kernel whose backward pass accumulates into the buffer's
-        cotangent in place (:func:`~dca_theory.lm.buffer_grn.buffer_grns_through`), whose
+        cotangent in place (:func:`~dca_theory.lm.fast.buffer_grn.buffer_grns_through`), whose
         passed-through buffer it then is. Default: ``state``."""
         return self.read(p, state, t), state
 

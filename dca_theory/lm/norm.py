@@ -14,7 +14,7 @@ same function with a custom JVP whose reverse mode keeps ``x̂ = (x - μ)/σ`` a
 
 with overlines over ``D`` meaning feature means. Statistics are computed in ``stat_dtype``
 (at least float32); tests compare values and gradients with the reference in float64. DCA
-blocks fuse it with their GRNs on the fast path (:mod:`dca_theory.lm.fast_path`).
+blocks fuse it with their GRNs on the fast path (:mod:`dca_theory.lm.fast.fused_grn`).
 """
 
 from __future__ import annotations

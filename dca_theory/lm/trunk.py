@@ -55,7 +55,7 @@ from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
 from dca_theory.lm.config import ModelConfig
-from dca_theory.lm.fast_path import combine_stack, middle_add
+from dca_theory.lm.fast.fused_grn import combine_stack, middle_add
 from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, stack_size
 
 States = dict[str, Array]
@@ -126,7 +126,7 @@ class ResidualTrunk(AbstractTrunk):
 
     def _combine(self, grn: AbstractCombiner, stack: ResidualStack):
         """``(GRN output, stack to read from now on)``: the GRN over the stack entries of its
-        window (see :func:`~dca_theory.lm.fast_path.combine_stack`)."""
+        window (see :func:`~dca_theory.lm.fast.fused_grn.combine_stack`)."""
         slots = None if self.cfg.grn_window is None else self.cfg.grn_slots(stack.num_outputs)
         (y,), stack = combine_stack((grn,), stack, self.cfg.grn_impl, slots=slots)
         return y, stack
@@ -192,13 +192,13 @@ class DCATrunk(AbstractTrunk):
     def run(self, x_LxD, *, causal, key, collect):
         states: States = {"embed": x_LxD} if collect else {}
         impl = self.cfg.grn_impl
-        add = middle_add(impl, token=self.final.b)  # folds k-DCA's middle sum (see fast_path)
+        add = middle_add(impl, token=self.final.b)  # k-DCA: fused_grn folds the middle sum
         stack = ResidualStack.start(x_LxD, k=self.cfg.k)
         blocks = self.blocks
         for t, (blk, k) in enumerate(zip(blocks, split_or_none(key, len(blocks)))):
             o_LxD, q_LxD, entries = blk.apply(stack.entries(), causal=causal, key=k,
                                               grn_impl=impl)
-            stack = stack.with_entries(entries)  # the fast path threads them (see fast_path)
+            stack = stack.with_entries(entries)  # threaded by lm.fast.fused_grn
             if collect:
                 states |= {f"stack_{t}": stack.array(), f"block_{t}_in": q_LxD,
                            f"block_{t}_out": o_LxD}

@@ -1,4 +1,4 @@
-"""The buffer GRN kernel (:mod:`dca_theory.lm.buffer_grn`) against the combiner classes it
+"""The buffer GRN kernel (:mod:`dca_theory.lm.fast.buffer_grn`) against the combiner classes it
 implements, in float64: value and the gradient of every input, for each GRN kind and gate,
 several GRNs at once (DCA's three) included. Tolerance 1e-12 relative to the largest
 magnitude (float64 summation-order differences are ~1e-15; a wrong backward term is O(1))."""
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dca_theory.lm.buffer_grn import buffer_grns
+from dca_theory.lm.fast.buffer_grn import buffer_grns
 from dca_theory.residual import AbstractGRN, make_combiner
 
 S, L, D = 5, 3, 4
@@ -94,7 +94,7 @@ def test_counted_kernel_equals_the_combiners_on_the_written_slots(kinds, gate, c
     the buffer passed through, and the buffer's cotangent that of both uses (the passed-through
     buffer's own cotangent added in place), under ``vmap`` over a batch as in the model, with
     ``count`` a traced integer as in the scan."""
-    from dca_theory.lm.buffer_grn import buffer_grns_through
+    from dca_theory.lm.fast.buffer_grn import buffer_grns_through
 
     buf = jax.random.normal(jax.random.PRNGKey(0), (2, S, L, D), jnp.float64)  # batch first
     grns = [make_combiner(k, S, D, init="random", key=jax.random.PRNGKey(i), gate=gate,

@@ -1,4 +1,4 @@
-"""The fast path's operations (:mod:`dca_theory.lm.fast_path`) equal the reference path, value
+"""The fast path's operations (:mod:`dca_theory.lm.fast.fused_grn`) equal the reference path, value
 and gradient in float64, and refuse what they cannot compute:
 
 * the fused GRNs (:func:`combine_entries`) against ``Combiner`` calls on the stacked array, to
@@ -20,7 +20,7 @@ from zoo_helpers import perturb
 
 from dca_theory.gates import GATES
 from dca_theory.lm.blocks import LayerNorm
-from dca_theory.lm.fast_path import (
+from dca_theory.lm.fast.fused_grn import (
     combine_and_norm,
     combine_entries,
     combine_stack,

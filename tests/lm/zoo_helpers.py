@@ -31,6 +31,19 @@ def logits_with_dropout(model, toks, key):
     return model(toks, key=key)
 
 
+@eqx.filter_jit
+def logits_and_gradient(model, toks):
+    """The logits of ``toks`` and the gradient of their mean cross-entropy (each position
+    scored against its own token: any scalar that every logit reaches will do), in one program
+    per model: compiling dominates the zoo's float64 equality tests."""
+    def loss(m):
+        out = m(toks, inference=True)
+        return jnp.mean(jax.nn.logsumexp(out, axis=-1) - out[jnp.arange(toks.shape[0]), toks]), out
+
+    (_, out), grad = eqx.filter_value_and_grad(loss, has_aux=True)(model)
+    return out, grad
+
+
 def tokens(seed=0, length=L):
     return jax.random.randint(jax.random.PRNGKey(seed), (length,), 0, TINY.vocab_size)
 

@@ -28,7 +28,6 @@ import jax.numpy as jnp
 
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm
-from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import (
     BlockIO,
@@ -40,6 +39,7 @@ from dca_theory.lm.driver import (
     stack_layers,
     write_new_slot,
 )
+from dca_theory.lm.fast.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.layer_stack import picked_block, placed_block, scan_slots
 from dca_theory.residual import GRNv3, stack_size
 

@@ -24,7 +24,6 @@ import numpy as np
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import dtype_of
-from dca_theory.lm.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import (
     BlockIO,
@@ -36,6 +35,7 @@ from dca_theory.lm.driver import (
     stack_layers,
     write_new_slot,
 )
+from dca_theory.lm.fast.buffer_grn import buffer_grns, buffer_grns_through
 from dca_theory.lm.layer_stack import padded_block, picked_block, placed_block
 from dca_theory.residual import AbstractGRN, make_combiner
 
