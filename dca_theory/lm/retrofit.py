@@ -32,7 +32,8 @@ from dca_theory.lm.blocks import PreLNBlock
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.driver import layer_of, stack_layers
 from dca_theory.lm.model import TransformerLM, build_model
-from dca_theory.lm.trunk import DCATrunk
+from dca_theory.lm.scanned import ScannedTrunk
+from dca_theory.lm.trunk import AbstractTrunk, DCATrunk
 
 # Fields that fix parameter shapes: source and target must agree on them.
 ARCH_FIELDS: tuple[str, ...] = ("vocab_size", "d_model", "n_heads", "d_mlp", "n_layers")
@@ -94,47 +95,53 @@ def retrofit(source: TransformerLM, target: ModelConfig) -> TransformerLM:
     """The ``target``-kind model computing the same function as the vanilla ``source``."""
     _check(source, target)
     fresh = build_model(target, key=jax.random.PRNGKey(0))  # shapes, statics, identity GRNs
-    if target.layer_loop == "scan":
-        trunk = _scanned_trunk(source, fresh)
-    else:
-        trunk = _per_block_trunk(source, fresh, target)
-    out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
+    out = eqx.tree_at(lambda m: m.trunk, fresh, retrofit_trunk(source.trunk, fresh.trunk, target))
     for get in (lambda m: m.embed_VxD, lambda m: m.final_norm, lambda m: m.w_out_DxV,
                 lambda m: m.b_out_V):
         out = eqx.tree_at(get, out, transplant(get(source), get(out)))
     return out
 
 
-def _scanned_trunk(source: TransformerLM, fresh: TransformerLM):
+def retrofit_trunk(source: AbstractTrunk, fresh: AbstractTrunk, target: ModelConfig
+                   ) -> AbstractTrunk:
+    """The trunk of ``target``'s kind and layout with the vanilla ``source`` trunk's blocks
+    (either layout), computing its function; ``fresh`` (a new trunk of ``target``) gives the
+    shapes, the statics and the GRNs' identity init. The LM and the ViT share it."""
+    if target.layer_loop == "scan":
+        return _scanned_trunk(source, fresh)
+    return _per_block_trunk(source, fresh, target)
+
+
+def _scanned_trunk(source: AbstractTrunk, fresh: ScannedTrunk) -> ScannedTrunk:
     """A scanned trunk (blocks stacked over layers) with the source's blocks and the mixer's
     own vanilla map (:meth:`~dca_theory.lm.driver.Mixer.for_vanilla`)."""
-    src = source.trunk.blocks
-    if source.cfg.layer_loop != "scan":
+    src = source.blocks
+    if not isinstance(source, ScannedTrunk):
         src = stack_layers(src)
-    blocks = transplant(src, fresh.trunk.blocks)
-    return eqx.tree_at(lambda t: (t.blocks, t.mixer), fresh.trunk,
-                       (blocks, fresh.trunk.mixer.for_vanilla(blocks)))
+    blocks = transplant(src, fresh.blocks)
+    return eqx.tree_at(lambda t: (t.blocks, t.mixer), fresh,
+                       (blocks, fresh.mixer.for_vanilla(blocks)))
 
 
-def _per_block_trunk(source: TransformerLM, fresh: TransformerLM, target: ModelConfig):
+def _per_block_trunk(source: AbstractTrunk, fresh: AbstractTrunk, target: ModelConfig
+                     ) -> AbstractTrunk:
     """A per-block trunk (one module per block) with the source's blocks."""
-    src = source.trunk.blocks
-    if source.cfg.layer_loop == "scan":
-        src = [layer_of(src, t) for t in range(source.cfg.n_layers)]
+    src = source.blocks
+    if isinstance(source, ScannedTrunk):
+        src = [layer_of(src, t) for t in range(target.n_layers)]
     if target.residual == "dca":
         return DCATrunk.from_pre_ln(
             target, tuple(transplant(b, f) for b, f in zip(src, _pre_ln_of(fresh))))
-    trunk = eqx.tree_at(lambda t: t.blocks, fresh.trunk,
-                        tuple(transplant(b, f) for b, f in zip(src, fresh.trunk.blocks)))
+    trunk = eqx.tree_at(lambda t: t.blocks, fresh,
+                        tuple(transplant(b, f) for b, f in zip(src, fresh.blocks)))
     if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
         trunk = trunk.as_vanilla()
     return trunk
 
 
-def _pre_ln_of(model: TransformerLM):
-    """The pre-LN view of a fresh DCA model's blocks (statics from the target config)."""
+def _pre_ln_of(trunk: DCATrunk):
+    """The pre-LN view of a fresh DCA trunk's blocks (statics from the target config)."""
     return tuple(
         PreLNBlock(ln1=b.ln_q, attn=b.attn, ln2=b.ln_h, mlp=b.mlp, rate=b.rate)
-        for b in model.trunk.blocks
+        for b in trunk.blocks
     )
-

@@ -48,6 +48,7 @@ class ViTConfig:
     pool: str = "gap"
     param_dtype: str = "float32"
     grn_gate: str = DEFAULT_GATE  # GRN-v3's gate for grn_v3 / dca (dca_theory.gates)
+    layer_loop: str = "unroll"  # the LM's: "unroll" (per-block trunks) or "scan" (one driver)
 
     def __post_init__(self):
         for name in ("image_size", "patch_size", "channels", "num_classes", "d_model",
@@ -96,6 +97,7 @@ class ViTConfig:
             d_mlp=self.d_mlp, n_layers=self.n_layers, dropout=self.dropout,
             attn_dropout=self.attn_dropout, residual=self.residual, k=self.k,
             param_dtype=self.param_dtype, compute_dtype=self.param_dtype, grn_gate=self.grn_gate,
+            layer_loop=self.layer_loop,
         )
 
     def replace(self, **changes) -> ViTConfig:

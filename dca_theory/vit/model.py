@@ -34,8 +34,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
-from dca_theory.lm.retrofit import check_retrofit_gate, check_retrofit_target, transplant
-from dca_theory.lm.trunk import AbstractTrunk, DCATrunk, States
+from dca_theory.lm.retrofit import check_retrofit_gate, check_retrofit_target, retrofit_trunk
+from dca_theory.lm.trunk import AbstractTrunk, States
 from dca_theory.lm.trunks import Trunk
 from dca_theory.vit.config import ViTConfig
 
@@ -143,15 +143,7 @@ def retrofit(source: ViT, residual: str, k: int | None = None) -> ViT:
     cfg = source.cfg.replace(residual=residual, k=k)
     check_retrofit_gate(residual, cfg.grn_gate)
     fresh = ViT(cfg, key=jax.random.PRNGKey(0))  # shapes and identity GRNs
-    blocks = source.trunk.blocks
-    if residual == "dca":
-        trunk = DCATrunk.from_pre_ln(cfg.trunk_config(), tuple(blocks))
-    else:
-        trunk = eqx.tree_at(lambda t: t.blocks, fresh.trunk,
-                            tuple(transplant(b, f) for b, f in zip(blocks,
-                                                                   fresh.trunk.blocks)))
-    if hasattr(trunk, "as_vanilla"):  # a kind whose own init is not vanilla (value_residual)
-        trunk = trunk.as_vanilla()
+    trunk = retrofit_trunk(source.trunk, fresh.trunk, cfg.trunk_config())
     out = eqx.tree_at(lambda m: m.trunk, fresh, trunk)
     rest = lambda m: (m.w_patch_PxD, m.b_patch_D, m.pos_NxD, m.cls_D,  # noqa: E731
                       m.final_norm, m.w_head_DxK, m.b_head_K)

@@ -172,6 +172,7 @@ def test_param_count_matches_built_model(getkey):
     ({"d_model": 18, "n_heads": 2}, "divisible by 4"),
     ({"k": 2}, "only valid with residual='dca'"),
     ({"n_layers": 0}, "n_layers must be an integer >= 1"),
+    ({"layer_loop": "fori"}, "unknown layer_loop .fori.; valid: "),
 ])
 def test_bad_config(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -184,3 +185,48 @@ def test_unknown_preset_and_wrong_image_shape(getkey):
     model = ViT(PRESETS["digits_tiny"], key=getkey())
     with pytest.raises(ValueError, match=r"expected \(8, 8, 1\)"):
         model(jnp.zeros((8, 8, 3)))
+
+
+def _scanned(vit: ViT) -> ViT:
+    """``vit`` with its per-block trunk converted (exactly) to the scanned layout."""
+    from dca_theory.lm.scanned import ScannedTrunk
+
+    fresh = ViT(vit.cfg.replace(layer_loop="scan"), key=jax.random.PRNGKey(0))
+    trunk = ScannedTrunk.from_trunk(vit.trunk)
+    trunk = ScannedTrunk(cfg=fresh.trunk.cfg, blocks=trunk.blocks, mixer=trunk.mixer)
+    rest = lambda m: (m.w_patch_PxD, m.b_patch_D, m.pos_NxD, m.cls_D,  # noqa: E731
+                      m.final_norm, m.w_head_DxK, m.b_head_K)
+    fresh = eqx.tree_at(rest, fresh, rest(vit), is_leaf=lambda x: x is None)
+    return eqx.tree_at(lambda m: m.trunk, fresh, trunk)
+
+
+@eqx.filter_jit
+def _logits_and_image_gradient(model, image_HxWxC):
+    return model(image_HxWxC), jax.grad(lambda x: jnp.sum(jnp.sin(model(x))))(image_HxWxC)
+
+
+@pytest.mark.parametrize("residual", ["dca", "value_residual"])
+def test_scanned_vit_equals_the_per_block_vit_in_float64(residual, getkey):
+    """The ViT runs the LM's one scanned driver (``layer_loop="scan"``, non-causal): the same
+    init from one key, and the same logits and input gradient as the per-block trunk, to 1e-10
+    relative (float64 summation order; a mis-placed slot or a causal mask gives O(1))."""
+    cfg = TINY64.replace(residual=residual)
+    key = getkey()
+    per_block, scanned = ViT(cfg, key=key), ViT(cfg.replace(layer_loop="scan"), key=key)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
+                                     eqx.filter(scanned, eqx.is_array),
+                                     eqx.filter(_scanned(per_block), eqx.is_array)))
+    per_block = perturb(per_block, getkey())
+    x = image(cfg, seed=1)
+    for got, want in zip(_logits_and_image_gradient(_scanned(per_block), x),
+                         _logits_and_image_gradient(per_block, x)):
+        scale = float(jnp.max(jnp.abs(want)))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-10 * scale)
+
+
+def test_retrofit_into_the_scanned_vit_keeps_the_function(getkey):
+    vanilla = perturb(ViT(TINY64.replace(layer_loop="scan"), key=getkey()), getkey())
+    model = retrofit(vanilla, "dca")
+    assert model.cfg.layer_loop == "scan" and model.cfg.residual == "dca"
+    x = image(TINY64, seed=1)
+    assert_close(forward(model, x), forward(vanilla, x))
