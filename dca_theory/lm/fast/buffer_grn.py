@@ -12,8 +12,8 @@ with the same value and gradient as calling each :class:`~dca_theory.residual.Ab
 the buffer (tested in float64), faster on the CPU:
 
 * **Forward**: one thin matmul ``h @ Wᵀ`` gives every GRN-v3's gate pre-activations of all
-  entries at once; the weighted sums accumulate entry by entry in a ``fori_loop``
-  (:data:`FORWARD_UNROLL` entries per iteration) instead of reducing a broadcast
+  entries at once; the weighted sums accumulate entry by entry in a ``fori_loop`` (one entry
+  per iteration, so the program does not grow with the depth) instead of reducing a broadcast
   ``S × batch × D`` coefficient array, which XLA:CPU materialises (measured at width 256,
   batch 4 × 128 tokens, ``S = 25``, one GRN: about 1 ms against 33 ms).
 * **Backward** (hand-written): it keeps only the buffer, the pre-activations and the
@@ -50,10 +50,6 @@ from jaxtyping import Array
 from dca_theory import gates
 from dca_theory.grn_formula import per_entry, per_feature
 from dca_theory.residual import AbstractGRN
-
-#: entries per iteration of the forward pass's loop over the buffer (a loop, not one
-#: Python term per entry, so the program does not grow with the depth)
-FORWARD_UNROLL = 4
 
 
 def buffer_grns(grns: Sequence[AbstractGRN], buffer: Array) -> tuple[Array, ...]:
@@ -117,8 +113,7 @@ def _forward(gate: str, bs, ws, buffer):
             for y, b, m in zip(outs, bs, cols))
 
     zeros = tuple(jnp.zeros(buffer.shape[1:], buffer.dtype) for _ in bs)
-    outs = jax.lax.fori_loop(0, buffer.shape[0], add_entry, zeros,
-                             unroll=min(FORWARD_UNROLL, buffer.shape[0]))
+    outs = jax.lax.fori_loop(0, buffer.shape[0], add_entry, zeros)
     return outs, pres
 
 
@@ -219,27 +214,11 @@ def _entry_pre(ws, h):
                  for w in ws)
 
 
-def _entries(count, size: int, entry, init):
-    """``entry(i, valid, acc)`` for ``i = 0, …, count - 1`` in a loop of run-time length,
-    :data:`FORWARD_UNROLL` entries per iteration (the last iteration's extra entries run with
-    ``valid`` false at index ``min(i, size - 1)``, so that ``entry`` must leave ``acc`` as it
-    is)."""
-    u = FORWARD_UNROLL
-
-    def chunk(j, acc):
-        for k in range(u):
-            i = j * u + k
-            acc = entry(jnp.minimum(i, size - 1), i < count, acc)
-        return acc
-
-    return jax.lax.fori_loop(0, (count + u - 1) // u, chunk, init)
-
-
 def _through_forward(gate, bs, ws, buffer, count):
     spec = gates.get(gate)
 
-    def add_entry(i, valid, outs):
-        h = jnp.where(valid, jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False), 0)
+    def add_entry(i, outs):
+        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
         pres = _entry_pre(ws, h)
         return tuple(
             y + _coefficient(spec, jax.lax.dynamic_index_in_dim(b, i, keepdims=False), h,
@@ -247,7 +226,7 @@ def _through_forward(gate, bs, ws, buffer, count):
             for y, b, pre in zip(outs, bs, pres))
 
     zeros = tuple(jnp.zeros(buffer.shape[1:], buffer.dtype) for _ in bs)
-    return _entries(count, buffer.shape[0], add_entry, zeros)
+    return jax.lax.fori_loop(0, count, add_entry, zeros)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -264,10 +243,9 @@ def _through_bwd(gate, residuals, cotangents):
     d_outs, d_buffer = cotangents
     spec = gates.get(gate)
 
-    def back_entry(i, valid, acc):
-        # an invalid entry (past count) is zero: no b, w or buffer gradient
+    def back_entry(i, acc):
         d_buf, d_bs, d_ws = acc
-        h = jnp.where(valid, jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False), 0)
+        h = jax.lax.dynamic_index_in_dim(buffer, i, keepdims=False)
         pres = _entry_pre(ws, h)
         d_h = jnp.zeros_like(h)
         new_bs, new_ws = [], []
@@ -275,19 +253,17 @@ def _through_bwd(gate, residuals, cotangents):
             b_i = jax.lax.dynamic_index_in_dim(b, i, keepdims=False)
             term_h, term_b, d_pre = _entry_terms(spec, b_i, w, h, pre, dy.astype(h.dtype))
             d_h = d_h + term_h
-            term_b = jnp.where(valid, term_b.astype(d_b.dtype),
-                               jax.lax.dynamic_index_in_dim(d_b, i, keepdims=False))
-            new_bs.append(jax.lax.dynamic_update_index_in_dim(d_b, term_b, i, 0))
+            new_bs.append(jax.lax.dynamic_update_index_in_dim(d_b, term_b.astype(d_b.dtype),
+                                                              i, 0))
             new_ws.append(None if w is None else d_w + jnp.tensordot(
                 d_pre, h, axes=(tuple(range(h.ndim - 1)),) * 2).astype(d_w.dtype))
         row = jax.lax.dynamic_index_in_dim(d_buf, i, keepdims=False)
-        d_h = jnp.where(valid, d_h.astype(d_buf.dtype), 0)
-        d_buf = jax.lax.dynamic_update_index_in_dim(d_buf, row + d_h, i, 0)
+        d_buf = jax.lax.dynamic_update_index_in_dim(d_buf, row + d_h.astype(d_buf.dtype), i, 0)
         return d_buf, tuple(new_bs), tuple(new_ws)
 
     init = (d_buffer, tuple(jnp.zeros_like(b) for b in bs),
             tuple(None if w is None else jnp.zeros_like(w) for w in ws))
-    d_buffer, d_bs, d_ws = _entries(count, buffer.shape[0], back_entry, init)
+    d_buffer, d_bs, d_ws = jax.lax.fori_loop(0, count, back_entry, init)
     return d_bs, d_ws, d_buffer, None
 
 
