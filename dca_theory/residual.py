@@ -58,6 +58,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from dca_theory import gates, grn_formula, schemes
+from dca_theory import random_draws as draws
 
 #: schemes with a stack combiner (toy nets, theory); aliases such as ``res`` are accepted too
 COMBINER_KINDS: tuple[str, ...] = schemes.names(toy=True)
@@ -281,7 +282,7 @@ class GRNv3(AbstractGRN):
         if spec.w_init_std:
             if key is None:
                 raise ValueError(f"GRN-v3 gate {spec.name!r} draws w at random: pass a PRNG key")
-            w = spec.w_init_std * jax.random.normal(key, (dim,), dtype)
+            w = draws.normal(key, (dim,), dtype, scale=spec.w_init_std)
         return cls(b=jnp.ones((size, dim), dtype), w=w, size=size, dim=dim, gate=spec.name)
 
 
@@ -387,15 +388,15 @@ def make_combiner(
         if key is None:
             raise ValueError("init='random' needs a PRNG key")
         kb, kw = jax.random.split(key)
-        noise = 0.1 * jax.random.normal(kb, combiner.b.shape, dtype)
+        noise = draws.normal(kb, combiner.b.shape, dtype, scale=0.1)
         combiner = eqx.tree_at(lambda c: c.b, combiner, combiner.b + noise)
         if combiner.w is not None:
-            noise = 0.1 * jax.random.normal(kw, combiner.w.shape, dtype)
+            noise = draws.normal(kw, combiner.w.shape, dtype, scale=0.1)
             combiner = eqx.tree_at(lambda c: c.w, combiner, combiner.w + noise)
     if init == "random" and isinstance(combiner, SoftmaxOverDepth):
         if key is None:
             raise ValueError("init='random' needs a PRNG key")
-        noise = 0.1 * jax.random.normal(key, combiner.q.shape, dtype)
+        noise = draws.normal(key, combiner.q.shape, dtype, scale=0.1)
         combiner = eqx.tree_at(lambda c: c.q, combiner, combiner.q + noise)
     return combiner
 

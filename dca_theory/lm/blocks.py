@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast.fused_grn import combine_and_norm
@@ -69,12 +70,12 @@ def matmul_dtype(compute_dtype: str | None, weight: Array) -> jnp.dtype:
 
 def xavier_uniform(key: PRNGKeyArray, fan_in: int, fan_out: int, dtype) -> Array:
     limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return jax.random.uniform(key, (fan_in, fan_out), dtype, -limit, limit)
+    return draws.uniform(key, (fan_in, fan_out), dtype, -limit, limit)
 
 
 def small_bias(key: PRNGKeyArray, size: int, dtype) -> Array:
     # Flax lm1b's bias_init: normal(stddev=1e-6).
-    return 1e-6 * jax.random.normal(key, (size,), dtype)
+    return draws.normal(key, (size,), dtype, scale=1e-6)
 
 
 def last_axis(p: Array, x: Array) -> Array:

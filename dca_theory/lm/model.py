@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory.lm.blocks import (
     LayerNorm,
     dropout,
@@ -120,7 +121,7 @@ def build_model(cfg: ModelConfig, *, key: PRNGKeyArray) -> TransformerLM:
     k_emb, k_trunk, k_out, k_bias = jax.random.split(key, 4)
     return TransformerLM(
         cfg=cfg,
-        embed_VxD=jax.random.normal(k_emb, (cfg.vocab_size, cfg.d_model), dtype),
+        embed_VxD=draws.normal(k_emb, (cfg.vocab_size, cfg.d_model), dtype),
         trunk=Trunk(cfg, key=k_trunk),
         final_norm=LayerNorm.init(cfg.d_model, cfg.ln_eps, dtype),
         w_out_DxV=xavier_uniform(k_out, cfg.d_model, cfg.vocab_size, dtype),

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from dca_theory import random_draws as draws
 from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.nets._common import (
     ResidualNet,
@@ -74,8 +75,8 @@ class DeepLinear(ResidualNet):
         kp, kq = jax.random.split(key)
         self.mask = rank_mask(r, width)
         m = self.mask.astype(dtype)[:, None, :]
-        self.P = std * jax.random.normal(kp, (depth, dim, width), dtype) * m
-        self.Q = std * jax.random.normal(kq, (depth, dim, width), dtype) * m
+        self.P = draws.normal(kp, (depth, dim, width), dtype, scale=std) * m
+        self.Q = draws.normal(kq, (depth, dim, width), dtype, scale=std) * m
         self.combiners = make_combiners(kind, depth, dim, k, dtype,
                                         key=jax.random.fold_in(key, KEY_SALT), gate=gate)
         self.kind, self.k = kind, k

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from dca_theory import random_draws as draws
 from dca_theory.gates import DEFAULT_GATE, KEY_SALT
 from dca_theory.nets._common import (
     ResidualNet,
@@ -79,9 +80,9 @@ class MLPResNet(ResidualNet):
         self.mask = rank_mask(r, width)
         m = self.mask.astype(dtype)
         v_std = 1.0 / jnp.sqrt(jnp.maximum(r, 1).astype(dtype) * depth)
-        self.U = dim**-0.5 * jax.random.normal(ku, (depth, width, dim), dtype) * m[:, :, None]
+        self.U = draws.normal(ku, (depth, width, dim), dtype, scale=dim**-0.5) * m[:, :, None]
         self.V = (
-            v_std[:, None, None] * jax.random.normal(kv, (depth, dim, width), dtype) * m[:, None, :]
+            v_std[:, None, None] * draws.normal(kv, (depth, dim, width), dtype) * m[:, None, :]
         )
         self.combiners = make_combiners(kind, depth, dim, k, dtype,
                                         key=jax.random.fold_in(key, KEY_SALT), gate=gate)

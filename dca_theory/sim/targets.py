@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from dca_theory import random_draws as draws
+
 
 def check_finite(name: str, *arrays) -> None:
     """Raise a one-line ValueError if any array holds NaN or Inf (skipped under tracing)."""
@@ -74,8 +76,8 @@ def gaussian_target(dim: int, *, key: Array, bias: bool = True, dtype=jnp.float3
     """A and b with i.i.d. N(0, 1) entries (Figure 1 (b))."""
     dim = _check_dim(dim)
     ka, kb = jax.random.split(key)
-    b = jax.random.normal(kb, (dim,), dtype) if bias else None
-    return LinearTarget(jax.random.normal(ka, (dim, dim), dtype), b)
+    b = draws.normal(kb, (dim,), dtype) if bias else None
+    return LinearTarget(draws.normal(ka, (dim, dim), dtype), b)
 
 
 def spectral_target(
@@ -94,7 +96,7 @@ def spectral_target(
         lam = np.geomspace(lam_max, lam_min, dim)
     else:
         raise ValueError(f"unknown spacing {spacing!r}; valid: linear, geometric")
-    q, r = jnp.linalg.qr(jax.random.normal(key, (dim, dim), dtype))
+    q, r = jnp.linalg.qr(draws.normal(key, (dim, dim), dtype))
     u = q * jnp.sign(jnp.diag(r))[None, :]  # Haar measure (Mezzadri 2007)
     A = jnp.eye(dim, dtype=dtype) + (u * jnp.asarray(lam, dtype)[None, :]) @ u.T
     return LinearTarget(A)
@@ -134,14 +136,14 @@ class BottleneckTeacher(eqx.Module):
             raise ValueError(f"pad_rank must lie in [rank={rank}, dim={dim}], got {pad_rank}")
         m = 2 * stored if hidden is None else hidden
         kg, k1, kc, k2, ks = jax.random.split(key, 5)
-        q, _ = jnp.linalg.qr(jax.random.normal(kg, (dim, rank), dtype))
+        q, _ = jnp.linalg.qr(draws.normal(kg, (dim, rank), dtype))
         self.G = jnp.zeros((stored, dim), dtype).at[:rank].set(q.T)
         # math.sqrt: a Python float keeps ``dtype`` (a NumPy float64 would widen it under x64)
-        self.H1 = jax.random.normal(k1, (m, stored), dtype) * 1.5 / math.sqrt(rank)
-        self.c = 0.5 * jax.random.normal(kc, (m,), dtype)
-        self.H2 = jax.random.normal(k2, (dim, m), dtype) / math.sqrt(m)
+        self.H1 = draws.normal(k1, (m, stored), dtype) * 1.5 / math.sqrt(rank)
+        self.c = draws.normal(kc, (m,), dtype, scale=0.5)
+        self.H2 = draws.normal(k2, (dim, m), dtype) / math.sqrt(m)
         self.alpha = jnp.asarray(alpha, dtype)
-        probe = jax.vmap(self.residual)(jax.random.normal(ks, (4096, dim), dtype))
+        probe = jax.vmap(self.residual)(draws.normal(ks, (4096, dim), dtype))
         rms = jnp.sqrt(jnp.mean(probe**2))
         self.H2 = self.H2 * (scale / rms)
 

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float
 
+from dca_theory import random_draws as draws
 from dca_theory.sim.targets import check_finite
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -173,5 +174,5 @@ def evaluate_toy(model, target, key: Array, *, n: int = 4096, noise_std: float =
     """Test MSE per coordinate on ``n`` fresh inputs x ~ N(0, I)."""
     dtype = _dtype_of(model)
     kx, kn = jax.random.split(key)
-    x = jax.random.normal(kx, (n, model.dim), dtype)
-    return sample_mse(model, target, x, noise_std * jax.random.normal(kn, x.shape, dtype))
+    x = draws.normal(kx, (n, model.dim), dtype)
+    return sample_mse(model, target, x, draws.normal(kn, x.shape, dtype, scale=noise_std))

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory import schemes
 from dca_theory.lm.blocks import LayerNorm, dtype_of, last_axis, xavier_uniform
 from dca_theory.lm.retrofit import check_retrofit_gate, check_retrofit_target, retrofit_trunk
@@ -86,7 +87,7 @@ class ViT(eqx.Module):
         self.cfg = cfg
         self.w_patch_PxD = xavier_uniform(k_patch, cfg.patch_dim, cfg.d_model, dtype)
         self.b_patch_D = jnp.zeros((cfg.d_model,), dtype)
-        self.pos_NxD = (0.02 * jax.random.normal(k_pos, (cfg.num_patches, cfg.d_model), dtype)
+        self.pos_NxD = (draws.normal(k_pos, (cfg.num_patches, cfg.d_model), dtype, scale=0.02)
                         if cfg.positions == "learned" else None)
         self.cls_D = jnp.zeros((cfg.d_model,), dtype) if cfg.pool == "cls" else None
         tcfg = cfg.trunk_config()

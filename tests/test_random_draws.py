@@ -1,0 +1,75 @@
+"""``random_draws`` returns jax.random's own bits for every shape, dtype and key kind, and falls
+back to jax.random under tracing; exact equality (tolerance 0) is the contract."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dca_theory import random_draws as draws
+
+SHAPES = [(), (7,), (2, 3, 4), (17, 33)]  # 1, 7, 24 and 561 elements: two buckets
+DTYPES = [jnp.float32, jnp.float64, jnp.bfloat16]
+KEYS = {"typed": jax.random.key(3), "raw": jax.random.PRNGKey(3)}
+
+
+def same(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_array_equal(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("key_kind", KEYS)
+def test_normal_and_uniform_equal_jax_random_bit_for_bit(dtype, key_kind):
+    key = KEYS[key_kind]
+    for shape in SHAPES:
+        same(draws.normal(key, shape, dtype), jax.random.normal(key, shape, dtype))
+        same(draws.uniform(key, shape, dtype, -0.3, 0.7),
+             jax.random.uniform(key, shape, dtype, -0.3, 0.7))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [1e-6, 0.1, 0.0, 0.37])
+def test_scaled_normal_equals_jax_multiply(dtype, scale):
+    key = jax.random.key(11)
+    for shape in [(5,), (4, 9)]:
+        want = scale * jax.random.normal(key, shape, dtype)
+        same(draws.normal(key, shape, dtype, scale=scale), want)
+
+
+def test_one_compiled_sampler_serves_every_shape_in_a_bucket():
+    """The point of the module: no XLA compilation for a new shape inside a compiled bucket."""
+    key = jax.random.key(0)
+    draws.normal(key, (5, 6), jnp.float32)  # compiles the 256-element bucket
+    with pytest.MonkeyPatch.context() as mp:
+        compiled = []
+        mp.setattr(jax._src.compiler, "backend_compile_and_load",
+                   _counting(jax._src.compiler.backend_compile_and_load, compiled))
+        for shape in [(3, 7), (200,), (16, 16), (2, 2, 2)]:
+            draws.normal(key, shape, jnp.float32)
+    assert compiled == []
+
+
+def _counting(fn, log):
+    def wrapped(*a, **k):
+        log.append(1)
+        return fn(*a, **k)
+    return wrapped
+
+
+def test_traced_and_batched_keys_fall_back_to_jax_random():
+    keys = jax.random.split(jax.random.key(5), 3)
+    got = jax.vmap(lambda k: draws.normal(k, (4,), scale=0.5))(keys)
+    same(got, jax.vmap(lambda k: 0.5 * jax.random.normal(k, (4,)))(keys))
+    got = jax.jit(lambda k: draws.uniform(k, (2, 3)))(keys[0])
+    same(got, jax.random.uniform(keys[0], (2, 3)))
+
+
+def test_non_partitionable_threefry_falls_back_to_jax_random():
+    key, before = jax.random.key(2), jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        assert not draws._bucketable(key)
+        same(draws.normal(key, (3, 4)), jax.random.normal(key, (3, 4)))
+    finally:
+        jax.config.update("jax_threefry_partitionable", before)
