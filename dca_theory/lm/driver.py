@@ -172,6 +172,14 @@ class Mixer(eqx.Module):
     def start(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:
         """The state before the first block."""
 
+    def start_for_training(self, x_LxD: Float[Array, "L D"], n_layers: int) -> State:
+        """:meth:`start` for a pass with a dropout key (training), whose gradient is taken:
+        the same values in a state that is cheaper to differentiate, where the two differ
+        (k-DCA: the scan's backward pass saves the carry once per block, so it keeps its
+        entries in a write-once buffer rather than carrying its whole stack). Default:
+        :meth:`start`."""
+        return self.start(x_LxD, n_layers)
+
     @abc.abstractmethod
     def read(self, p: Any, state: State, t: Array) -> BlockIO:
         """Block ``t``'s inputs (``p``: its slice of ``layers``)."""
@@ -251,7 +259,8 @@ def run_trunk(blocks: PreLNBlock, mixer: Mixer, x_LxD: Float[Array, "L D"], *, c
         after = shell.write(p, through, t, io, out)
         return after, (shell.record(p, state, after, io, out) if collect else None)
 
-    state = mixer.start(x_LxD, n)
+    # a dropout key marks training (every train step passes one, every evaluation none)
+    state = mixer.start(x_LxD, n) if key is None else mixer.start_for_training(x_LxD, n)
     if state.buffer is None or collect:
         state, records = jax.lax.scan(lambda s, xs: step(xs[0], s, xs[1]), state,
                                       (arrays, extras))

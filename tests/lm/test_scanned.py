@@ -130,3 +130,28 @@ def test_scanned_decode_equals_the_full_pass_at_every_position(changes):
     full = eqx.filter_jit(lambda t, x: t(x, causal=True))(trunk, x_LxD)
     for chunk in (1, 3):
         assert _max_rel(decoded(trunk, x_LxD, chunk), full) < 1e-12, chunk
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_k_dca_trains_on_a_buffer_with_the_values_of_its_carried_stack(k):
+    """k-DCA's two states (:meth:`DCAMixer.start`, the stack carried; ``start_for_training``,
+    a write-once buffer, chosen by the dropout key) give the same output and per-layer states
+    to 1e-12 and gradients to 1e-10 relative in float64 (dropout off, so the key changes no
+    value; k = 0 has no last-k window, k = 2 one that starts in the zero slots)."""
+    cfg = CFG.replace(residual="dca", k=k, n_layers=4, dropout=0.0, attn_dropout=0.0)
+    trunk = ScannedTrunk.from_trunk(perturb(Trunk(cfg, key=jax.random.PRNGKey(0)),
+                                            jax.random.PRNGKey(1)))
+    assert not trunk.mixer.full
+    x_LxD = jax.random.normal(jax.random.PRNGKey(2), (cfg.max_len, cfg.d_model), jnp.float64)
+
+    @eqx.filter_jit
+    def run(trunk, x_LxD, key):
+        loss, grads = eqx.filter_value_and_grad(lambda t: _loss(t, x_LxD, key))(trunk)
+        return loss, grads, trunk.forward_with_states(x_LxD, causal=True, key=key)[1]
+
+    (l_c, g_c, s_c), (l_b, g_b, s_b) = run(trunk, x_LxD, None), run(trunk, x_LxD,
+                                                                    jax.random.PRNGKey(3))
+    assert _max_rel(l_b, l_c) < 1e-12
+    _assert_trees_close(eqx.filter(g_b, eqx.is_array), eqx.filter(g_c, eqx.is_array), "grads")
+    for name in s_c:
+        assert _max_rel(s_b[name], s_c[name]) < 1e-12, name

@@ -8,10 +8,17 @@ is ``o = a + m`` (it does not contain ``q̃``). ``LN_q`` and ``LN_h`` are the bl
 vanilla at init is in :mod:`dca_theory.lm.blocks`.
 
 **Stack.** Full DCA (``k is None`` or ``k + 1 >= n_layers``, where k-DCA is full DCA) keeps a
-``(T + 1)``-slot write-once buffer, block t writing slot ``t + 1``. k-DCA carries the fixed
-stack ``[x, middle, last k]``, started as ``[x, 0, …, 0]`` and shifting by one entry per block
-while the oldest of the last k is added into the middle (adding zeros until block ``k + 1``,
-where the middle becomes the first output exactly).
+``(T + 1)``-slot write-once buffer, block t writing slot ``t + 1``. k-DCA reads the fixed
+stack ``[x, middle, last k]``, which starts as ``[x, 0, …, 0]`` and shifts by one entry per
+block while the oldest of the last k is added into the middle (adding zeros until block
+``k + 1``, where the middle becomes the first output exactly). Without a dropout key
+(inference, decoding) the stack itself is the carry: ``k + 2`` entries, whatever the depth.
+With one (training, :meth:`~dca_theory.lm.driver.Mixer.start_for_training`), the entries go
+into a ``(T + k + 1)``-slot write-once buffer ``[x, 0 (k slots), o_0, …, o_{T-1}]``, block t
+writing slot ``k + 1 + t`` and reading its last k at slots ``t + 1, …, t + k``, and the carry
+is only the middle and that window's start: the scan's backward pass saves its carry once per
+block, so carrying the stack would save all ``k + 2`` entries per block (2-DCA at depth 24,
+width 256: 48 MiB where the middle needs 12). Both forms give the same values.
 
 **Layout.** The three GRNs of every block are stored over the widest stack (``T + 1`` or
 ``k + 2`` slots), stacked over blocks, block t's ``b`` rows at the slots its entries occupy
@@ -24,6 +31,7 @@ contributes 0 and its row's gradient is 0), so they stay zero under AdamW.
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from dca_theory import schemes
@@ -63,7 +71,7 @@ class DCAMixer(Mixer):
     n_layers: int = eqx.field(static=True)
 
     # full DCA's GRNs read the buffer through buffer_grns_through: only the slots written so
-    # far (k-DCA keeps no buffer)
+    # far; k-DCA's reads and writes read slots 0 .. t + k, all written before block t
     reads_written_only = True
 
     @property
@@ -112,7 +120,14 @@ class DCAMixer(Mixer):
     def start(self, x_LxD, n_layers):
         if self.full:
             return State(new_buffer(x_LxD, n_layers + 1), ())
-        return State(None, new_buffer(x_LxD, self.k + 2))
+        return State(None, new_buffer(x_LxD, self.k + 2))  # the stack [x, 0, 0, …]
+
+    def start_for_training(self, x_LxD, n_layers):
+        if self.full:
+            return self.start(x_LxD, n_layers)
+        # carry: the middle, and the slot where block t's last k start (t + 1)
+        return State(new_buffer(x_LxD, n_layers + self.k + 1),
+                     (jnp.zeros_like(x_LxD), jnp.ones((), jnp.int32)))
 
     def for_vanilla(self, blocks):
         # LN_q = LN_1 and LN_h = LN_2 are the blocks' own; LN_k and LN_v copy LN_1
@@ -128,7 +143,14 @@ class DCAMixer(Mixer):
         return out | {"output": (self.final, self.n_layers)}
 
     def _stack(self, state):
-        return state.buffer if self.full else state.carry
+        """The stack the next block reads (full DCA: the buffer, unwritten slots zero)."""
+        if self.full:
+            return state.buffer
+        if state.buffer is None:
+            return state.carry
+        middle, start = state.carry
+        recent = jax.lax.dynamic_slice_in_dim(state.buffer, start, self.k)
+        return jnp.concatenate([state.buffer[:1], middle[None], recent])
 
     def read(self, p: DCALayer, state, t):
         return self.read_through(p, state, t)[0]
@@ -139,16 +161,23 @@ class DCAMixer(Mixer):
             (q_LxD, k_LxD, v_LxD), buffer = buffer_grns_through(grns, state.buffer, t + 1)
             state = State(buffer, ())
         else:
-            q_LxD, k_LxD, v_LxD = buffer_grns(grns, state.carry)
+            q_LxD, k_LxD, v_LxD = buffer_grns(grns, self._stack(state))
         return BlockIO(q=q_LxD, k=k_LxD, v=v_LxD, r=q_LxD, kv_norms=(p.ln_k, p.ln_v)), state
 
     def write(self, p, state, t, io, out):
         o_LxD = out.a + out.m
         if self.full:
             return State(write_new_slot(state.buffer, o_LxD, t + 1), ())
-        s = state.carry  # [x, middle, last k]: push o, the oldest of the last k joins middle
-        recent = jnp.concatenate([s[2:], o_LxD[None].astype(s.dtype)])
-        return State(None, jnp.concatenate([s[:1], (s[1] + recent[0])[None], recent[1:]]))
+        if state.buffer is None:  # push o; the oldest of the last k joins the middle
+            s = state.carry
+            recent = jnp.concatenate([s[2:], o_LxD[None].astype(s.dtype)])
+            return State(None, jnp.concatenate([s[:1], (s[1] + recent[0])[None], recent[1:]]))
+        # the same in the buffer: the oldest of the last k is slot t + 1 (a zero slot before
+        # block k; o itself for k = 0)
+        middle, start = state.carry
+        buffer = write_new_slot(state.buffer, o_LxD, t + self.k + 1)
+        oldest = jax.lax.dynamic_index_in_dim(buffer, start, keepdims=False)
+        return State(buffer, (middle + oldest, start + 1))
 
     def output(self, state):
         return buffer_grns((self.final,), self._stack(state))[0]
