@@ -35,6 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dca_theory import gates
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import DeepLinear
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -129,10 +130,10 @@ def run_task_kind(task: str, kind: str, cfg: Fig1Config) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.seeds)
     keys = jnp.tile(keys, (n_lr, 1))  # same init for every learning rate
     lrs = np.repeat(np.asarray(cfg.learning_rates), cfg.seeds)
-    models = eqx.filter_vmap(lambda k: DeepLinear(
+    models = draws.build_each(lambda k: DeepLinear(
         cfg.dim, cfg.rank, cfg.depth, kind=kind, gate=cfg.gate, init_std=cfg.init_std, dtype=dtype,
         key=k
-    ))(keys)
+    ), keys)
     tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="sgd",
                           learning_rate=float(cfg.learning_rates[0]))
     trained, losses = fit_many(models, target, keys, tcfg, learning_rates=lrs)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from tqdm import tqdm
 
 from dca_theory import gates
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -79,16 +80,16 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
     depth, r_star = len(cfg.widths), sum(cfg.widths)
     teacher = BottleneckTeacher(cfg.dim, cfg.dim, alpha=cfg.teacher_alpha,
                                 key=jax.random.PRNGKey(cfg.seed + 3), dtype=jnp.float64)
-    xs = jax.random.normal(jax.random.PRNGKey(cfg.seed + 4), (cfg.jacobian_inputs, cfg.dim),
+    xs = draws.normal(jax.random.PRNGKey(cfg.seed + 4), (cfg.jacobian_inputs, cfg.dim),
                            jnp.float64)
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.seeds)
     tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adam",
                           learning_rate=cfg.learning_rate)
     results = {}
     for kind in tqdm(cfg.kinds, desc="prop45 kinds"):
-        models = eqx.filter_vmap(lambda k, kind=kind: MLPResNet(
+        models = draws.build_each(lambda k, kind=kind: MLPResNet(
             cfg.dim, list(cfg.widths), depth, kind=kind, gate=cfg.gate, dtype=jnp.float64,
-            key=k))(keys)
+            key=k), keys)
         trained, losses = fit_many(models, teacher, keys, tcfg)
         bound = min(cfg.widths) if kind == "base" else r_star
         for s in range(cfg.seeds):

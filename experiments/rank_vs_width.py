@@ -38,6 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dca_theory import gates
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir, read_json, to_jsonable, write_json
 from dca_theory.nets import MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -149,16 +150,16 @@ def run_bucket(kind: str, bucket: int, widths, cfg, teachers, pbar=None) -> list
     keys = jnp.stack([jax.random.PRNGKey(cfg.seed * 7919 + 1000 * w + 10 * ti + s)
                       for w, ti, s in combos])
     wv = jnp.asarray([w for w, _, _ in combos])
-    models = eqx.filter_vmap(lambda k, w: MLPResNet(
-        cfg.dim, w, cfg.depth, kind=kind, gate=cfg.gate, pad_to=bucket, key=k))(keys, wv)
+    models = draws.build_each(lambda k, w: MLPResNet(
+        cfg.dim, w, cfg.depth, kind=kind, gate=cfg.gate, pad_to=bucket, key=k), keys, wv)
     tstack = _stack([teachers[ti] for _, ti, _ in combos])
     tcfg = ToyTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, optimizer="adamw",
                           learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
     trained, losses = fit_many(models, tstack, keys, tcfg, target_batched=True)
     kx, kt = jax.random.split(jax.random.PRNGKey(cfg.seed + 5))
     # float32 like the models, also when a caller has enabled x64
-    xs = jax.random.normal(kx, (cfg.jacobian_inputs, cfg.dim), jnp.float32)
-    x_test = jax.random.normal(kt, (cfg.test_inputs, cfg.dim), jnp.float32)
+    xs = draws.normal(kx, (cfg.jacobian_inputs, cfg.dim), jnp.float32)
+    x_test = draws.normal(kt, (cfg.test_inputs, cfg.dim), jnp.float32)
     mse, jac, jac_skip, layers, alpha = jax.device_get(_measure(trained, tstack, xs, x_test))
     eye = np.eye(cfg.dim, dtype=jac.dtype)
     rows = []

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir
 from dca_theory.nets import DeepLinear
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -96,9 +97,9 @@ def main(quick: bool = False, out=None, overwrite: bool = False, overrides=()) -
                           loss="population")
     results: dict = {}
     for kind in tqdm(cfg.kinds, desc="risk_vs_params kinds"):
-        models = eqx.filter_vmap(lambda k, r, kind=kind: DeepLinear(
+        models = draws.build_each(lambda k, r, kind=kind: DeepLinear(
             cfg.dim, r, cfg.depth, kind=kind, pad_to=max(cfg.ranks), init_std=cfg.init_std,
-            dtype=jnp.float64, key=k))(keys, rv)
+            dtype=jnp.float64, key=k), keys, rv)
         trained, losses = fit_many(models, target, keys, tcfg)
         mats = np.asarray(eqx.filter_vmap(lambda m: m.end_to_end_matrix())(trained))
         risks = np.sum((mats - A[None]) ** 2, axis=(1, 2))

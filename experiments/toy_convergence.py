@@ -48,6 +48,7 @@ import numpy as np
 import optax
 
 from dca_theory import gates
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir
 from dca_theory.nets import MLPResNet
 from dca_theory.overrides import apply_overrides, check_at_least_one, record, run_dir, summary_entry
@@ -161,10 +162,10 @@ def run_cell(arm: str, kind: str, width: int, cfg: ConvergenceConfig, target) ->
     """Every restart of one (arm, kind, width); the same initial weights for every kind."""
     keys = jnp.stack([jax.random.PRNGKey(cfg.seed * 7919 + 1000 * width + r)
                       for r in range(cfg.restarts)])
-    models = eqx.filter_vmap(lambda k: MLPResNet(cfg.dim, width, cfg.depth, kind=kind,
-                                                 gate=cfg.gate, key=k))(keys)
+    models = draws.build_each(lambda k: MLPResNet(cfg.dim, width, cfg.depth, kind=kind,
+                                                  gate=cfg.gate, key=k), keys)
     trained, losses = _train_jit(arm, models, keys, cfg, target)
-    x_test = jax.random.normal(jax.random.PRNGKey(cfg.seed + 5), (cfg.test_inputs, cfg.dim),
+    x_test = draws.normal(jax.random.PRNGKey(cfg.seed + 5), (cfg.test_inputs, cfg.dim),
                                jnp.float32)
     y_test = jax.vmap(target)(x_test)
     mse = eqx.filter_vmap(lambda m: jnp.mean((jax.vmap(m)(x_test) - y_test) ** 2))(trained)

@@ -42,6 +42,7 @@ from scipy import stats
 from tqdm import tqdm
 
 from dca_theory import gates
+from dca_theory import random_draws as draws
 from dca_theory.io import RunDir
 from dca_theory.lab.statistics import holm, paired
 from dca_theory.nets import DeepLinear, MLPResNet
@@ -139,12 +140,12 @@ def _test_mse(models, teacher, x):
 
 def _train(build, kind, gate, teacher, tcfg, dim, cfg) -> dict:
     keys = jnp.stack([jax.random.PRNGKey(cfg.seed * 1009 + s) for s in range(cfg.seeds)])
-    models = eqx.filter_vmap(lambda k: build(kind, gate, k))(keys)
-    x0 = jax.random.normal(jax.random.PRNGKey(cfg.seed + 11), (256, dim), jnp.float32)
+    models = draws.build_each(lambda k: build(kind, gate, k), keys)
+    x0 = draws.normal(jax.random.PRNGKey(cfg.seed + 11), (256, dim), jnp.float32)
     grad0 = _step0_w_grad(models, teacher, x0)
     tcfg = dataclasses.replace(tcfg, steps=max(10, round(tcfg.steps * cfg.scale)))
     trained, losses = fit_many(models, teacher, keys, tcfg)
-    x_test = jax.random.normal(jax.random.PRNGKey(cfg.seed + 12), (cfg.test_inputs, dim),
+    x_test = draws.normal(jax.random.PRNGKey(cfg.seed + 12), (cfg.test_inputs, dim),
                                jnp.float32)
     return {"test_mse": np.asarray(_test_mse(trained, teacher, x_test)).tolist(),
             "w_grad_step0": np.asarray(grad0).tolist(),

@@ -73,3 +73,45 @@ def test_non_partitionable_threefry_falls_back_to_jax_random():
         same(draws.normal(key, (3, 4)), jax.random.normal(key, (3, 4)))
     finally:
         jax.config.update("jax_threefry_partitionable", before)
+
+
+def _leaves_equal(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        same(x, y)
+
+
+def test_build_each_equals_filter_vmap_bit_for_bit():
+    """The toy experiments' initial models: a key per model, and a width or rank that vmap
+    sees traced (masks from it) and build_each concrete."""
+    import equinox as eqx
+
+    from dca_theory.nets.deep_linear import DeepLinear
+    from dca_theory.nets.mlp import MLPResNet
+
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in (3, 8, 13)])
+    widths = jnp.asarray([1, 3, 2])
+
+    def mlp(k, w):
+        return MLPResNet(6, w, 3, kind="grn_v3", gate="small_init", pad_to=4, key=k)
+
+    def linear(k, r):
+        return DeepLinear(5, r, 2, kind="grn_v2", pad_to=3, dtype=jnp.float64, key=k)
+
+    for build, args in ((mlp, (keys, widths)), (linear, (keys, jnp.asarray([1, 3, 2])))):
+        got = draws.build_each(build, *args)
+        _leaves_equal(got, eqx.filter_vmap(build)(*args))
+        assert eqx.tree_equal(eqx.filter(got, eqx.is_array, inverse=True),
+                              eqx.filter(build(*(a[0] for a in args)), eqx.is_array,
+                                         inverse=True))
+
+
+def test_build_each_refuses_models_that_differ_in_more_than_arrays():
+    from dca_theory.nets.mlp import MLPResNet
+
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in (0, 1)])
+    kinds = ["vanilla", "grn_v3"]
+    with pytest.raises(ValueError, match="model 1 differs from model 0"):
+        draws.build_each(lambda k, i: MLPResNet(4, 2, 2, kind=kinds[int(i)], key=k),
+                         keys, jnp.arange(2))
