@@ -185,7 +185,7 @@ def train_lm_seeds(model_cfg: ModelConfig, train_cfg: LMTrainConfig, seeds: Sequ
         raise ValueError(f"got {len(models)} starting models for {len(seeds)} seeds")
     params, static = stack_models(models)
     optimizer = make_lm_optimizer(train_cfg)
-    opt_state = jax.vmap(optimizer.init)(params)
+    opt_state = sl.init_optimizer(optimizer, params)
     rng_S = sl.dropout_keys(seeds)
     sampler = sl.HostBatches(corpus.train, seeds, seq_len=seq_len,
                              batch_size=train_cfg.batch_size)

@@ -37,6 +37,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dca_theory.io import to_jsonable
 from dca_theory.lm import data as lm_data
@@ -72,10 +73,19 @@ def dropout_keys(seeds: Sequence[int]) -> jax.Array:
 
 
 def stack_models(models: Sequence[eqx.Module]):
-    """``(params with leading seed axis, static)`` of equal-structure models."""
+    """``(params with leading seed axis, static)`` of equal-structure models (stacked in NumPy:
+    an eager ``jnp.stack`` compiles a program per leaf shape)."""
     params = [eqx.filter(m, eqx.is_inexact_array) for m in models]
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
+    stacked = jax.tree_util.tree_map(
+        lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs])), *params)
     return stacked, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
+
+
+def init_optimizer(optimizer: optax.GradientTransformation, params):
+    """Every seed's optimiser state for seed-stacked ``params``, in one compiled program (an
+    eager ``vmap`` of ``optimizer.init`` compiles each leaf's initialiser apart: 0.8 s against
+    0.3 s for a tiny DCA)."""
+    return jax.jit(jax.vmap(optimizer.init))(params)
 
 
 def seed_slice(tree, i: int):

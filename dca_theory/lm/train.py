@@ -150,7 +150,7 @@ def _train(model_cfg: ModelConfig, train_cfg: LMTrainConfig, workdir: Path, buil
     model = _initial_model(model_cfg, init_from, build, init_key)
     params, static = sl.stack_models([model])
     optimizer = make_lm_optimizer(train_cfg)
-    opt_state = jax.vmap(optimizer.init)(params)
+    opt_state = sl.init_optimizer(optimizer, params)
     rng = sl.dropout_keys(seeds)
     param_sh = shd.state_shardings(params, mesh, fsdp=train_cfg.fsdp)
     opt_sh = shd.state_shardings(opt_state, mesh, fsdp=train_cfg.fsdp)
@@ -341,7 +341,7 @@ def restore_run(workdir: str | Path, *, build: Builder = default_builder,
     model_cfg, train_cfg = load_configs(workdir)
     tokenizer = lm_data.Tokenizer.load(workdir / "tokenizer.json")
     params, static = sl.stack_models(sl.init_models(model_cfg, (train_cfg.seed,), build=build))
-    opt_state = jax.vmap(make_lm_optimizer(train_cfg).init)(params)
+    opt_state = sl.init_optimizer(make_lm_optimizer(train_cfg), params)
     rng = sl.dropout_keys((train_cfg.seed,))
     ckpt = Checkpointer(workdir, keep=train_cfg.keep_checkpoints, seed_stacked=True)
     try:

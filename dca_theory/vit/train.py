@@ -25,6 +25,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
+from dca_theory.lm.seed_loop import init_optimizer
 from dca_theory.vit.config import ViTConfig
 from dca_theory.vit.data import ImageSplit
 from dca_theory.vit.model import ViT
@@ -216,7 +217,7 @@ def train_vit_seeds(cfg: ViTConfig, tc: ViTTrainConfig, train: ImageSplit, test:
     fm = FlatModels.build(init_models(cfg, seeds))
     params = fm.flat_SxP
     opt = make_vit_optimizer(tc, fm.mask_P)
-    opt_state = jax.vmap(opt.init)(params)
+    opt_state = init_optimizer(opt, params)
     step, eval_fn = make_step(fm, opt), make_eval(fm)
     orders = data_orders(len(train), tc, seeds)
     x_all, y_all = jnp.asarray(train.images), jnp.asarray(train.labels)
