@@ -89,7 +89,11 @@ def build_each(build: Callable[..., M], *args) -> M:
             raise ValueError(f"build_each: model {i} differs from model 0 in more than its "
                              "arrays (a static field or the tree's structure); vmap could not "
                              "batch it either")
-    arrays = [eqx.filter(m, eqx.is_array) for m in models]
-    stacked = jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs])),
-                           *arrays)
-    return eqx.combine(stacked, static)
+    return eqx.combine(stack_leaves([eqx.filter(m, eqx.is_array) for m in models]), static)
+
+
+def stack_leaves(trees):
+    """Equal-structure pytrees of arrays as one, each leaf stacked on a new leading axis, in
+    NumPy (an eager ``jnp.stack`` compiles a program per leaf shape)."""
+    return jax.tree.map(lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs])),
+                        *trees)

@@ -43,6 +43,7 @@ from dca_theory.io import to_jsonable
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.steps import make_eval_step
 from dca_theory.lm.train_config import LMTrainConfig
+from dca_theory.random_draws import stack_leaves
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -73,12 +74,9 @@ def dropout_keys(seeds: Sequence[int]) -> jax.Array:
 
 
 def stack_models(models: Sequence[eqx.Module]):
-    """``(params with leading seed axis, static)`` of equal-structure models (stacked in NumPy:
-    an eager ``jnp.stack`` compiles a program per leaf shape)."""
-    params = [eqx.filter(m, eqx.is_inexact_array) for m in models]
-    stacked = jax.tree_util.tree_map(
-        lambda *xs: jax.device_put(np.stack([np.asarray(x) for x in xs])), *params)
-    return stacked, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
+    """``(params with leading seed axis, static)`` of equal-structure models."""
+    params = stack_leaves([eqx.filter(m, eqx.is_inexact_array) for m in models])
+    return params, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
 
 
 def init_optimizer(optimizer: optax.GradientTransformation, params):
