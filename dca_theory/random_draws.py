@@ -27,6 +27,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 M = TypeVar("M")
 _MIN_BUCKET = 256
+_MIN_KEYS = 16  # the smallest bucket of split counts
 # NumPy rounds ``scale * x`` as XLA does for these; other dtypes are scaled by JAX.
 _NUMPY_SCALED = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -73,6 +74,18 @@ def uniform(key: PRNGKeyArray, shape: tuple[int, ...], dtype=float, minval: floa
         return jax.random.uniform(key, shape, dtype, minval, maxval)
     flat = jax.random.uniform(key, (_bucket(math.prod(shape)),), dtype, minval, maxval)
     return _finish(flat, shape, None)
+
+
+def split(key: PRNGKeyArray, n: int = 2) -> list[Array]:
+    """``list(jax.random.split(key, n))``, bit for bit: the ``n`` keys one by one. Eagerly,
+    ``jax.random.split`` compiles a splitter per ``n`` and iterating its result compiles an
+    unstack per ``n``; with partitionable threefry key ``i`` of a split depends only on ``i``,
+    so one split per bucket of counts serves every ``n`` in it, and the keys are sliced in
+    NumPy and put back on the device one by one (a ``device_put`` compiles nothing)."""
+    if not _bucketable(key) or jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return list(jax.random.split(key, n))
+    rows = np.asarray(jax.random.split(key, max(_MIN_KEYS, 1 << max(n - 1, 0).bit_length())))
+    return [jax.device_put(row) for row in rows[:n]]
 
 
 def build_each(build: Callable[..., M], *args) -> M:

@@ -50,6 +50,32 @@ def test_one_compiled_sampler_serves_every_shape_in_a_bucket():
     assert compiled == []
 
 
+@pytest.mark.parametrize("key_kind", KEYS)
+def test_split_equals_the_listed_jax_split_bit_for_bit(key_kind):
+    key = KEYS[key_kind]
+    for n in (1, 2, 4, 15, 16, 17, 40):  # inside, at and past the first bucket
+        got, want = draws.split(key, n), list(jax.random.split(key, n))
+        assert len(got) == n
+        for g, w in zip(got, want):
+            assert isinstance(g, jax.Array) and g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(jax.random.key_data(g) if key_kind == "typed" else g,
+                                          jax.random.key_data(w) if key_kind == "typed" else w)
+
+
+def test_split_compiles_nothing_for_a_new_count_inside_a_bucket():
+    key = jax.random.PRNGKey(1)
+    draws.split(key, 3)  # compiles the 16-key bucket
+    with pytest.MonkeyPatch.context() as mp:
+        compiled = []
+        mp.setattr(jax._src.compiler, "backend_compile_and_load",
+                   _counting(jax._src.compiler.backend_compile_and_load, compiled))
+        for n in (2, 5, 9, 16):
+            draws.split(key, n)
+    assert compiled == []
+    traced = jax.jit(lambda k: jnp.stack(draws.split(k, 3)))(key)  # a tracer: jax.random's
+    np.testing.assert_array_equal(traced, jax.random.split(key, 3))
+
+
 def _counting(fn, log):
     def wrapped(*a, **k):
         log.append(1)

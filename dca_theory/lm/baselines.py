@@ -60,10 +60,10 @@ form ``x_{i+1} = α f(x_i) + g(x_i, x_{i-1}, …, x_0)``):
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory.lm.blocks import LayerNorm, PreLNBlock, dtype_of, split_or_none, xavier_uniform
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.trunk import AbstractTrunk, States, block_keys, extra_key
@@ -211,7 +211,7 @@ class LaurelTrunk(AbstractTrunk):
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> LaurelTrunk:
-        keys = jax.random.split(extra_key(key), cfg.n_layers)
+        keys = draws.split(extra_key(key), cfg.n_layers)
         low_rank = tuple(LowRank.init(cfg, key=k) for k in keys)
         gammas = None
         if cfg.residual == "laurel_pa":

@@ -93,7 +93,7 @@ def dropout(x: Array, rate: float, key: PRNGKeyArray | None) -> Array:
 
 
 def split_or_none(key: PRNGKeyArray | None, n: int) -> list[PRNGKeyArray | None]:
-    return [None] * n if key is None else list(jax.random.split(key, n))
+    return [None] * n if key is None else draws.split(key, n)
 
 
 class LayerNorm(eqx.Module):
@@ -130,7 +130,7 @@ class Attention(eqx.Module):
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> Attention:
         d, dtype = cfg.d_model, dtype_of(cfg.param_dtype)
-        kq, kk, kv, ko = jax.random.split(key, 4)
+        kq, kk, kv, ko = draws.split(key, 4)
         return cls(
             w_q_DxD=xavier_uniform(kq, d, d, dtype), w_k_DxD=xavier_uniform(kk, d, d, dtype),
             w_v_DxD=xavier_uniform(kv, d, d, dtype), w_o_DxD=xavier_uniform(ko, d, d, dtype),
@@ -210,7 +210,7 @@ class MLP(eqx.Module):
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> MLP:
         d, f, dtype = cfg.d_model, cfg.d_mlp, dtype_of(cfg.param_dtype)
-        k1, k2, k3, k4 = jax.random.split(key, 4)
+        k1, k2, k3, k4 = draws.split(key, 4)
         return cls(
             w_in_DxF=xavier_uniform(k1, d, f, dtype), b_in_F=small_bias(k2, f, dtype),
             w_out_FxD=xavier_uniform(k3, f, d, dtype), b_out_D=small_bias(k4, d, dtype),
@@ -238,7 +238,7 @@ class PreLNBlock(eqx.Module):
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key: PRNGKeyArray) -> PreLNBlock:
-        ka, km = jax.random.split(key)
+        ka, km = draws.split(key)
         dtype = dtype_of(cfg.param_dtype)
         return cls(
             ln1=LayerNorm.init(cfg.d_model, cfg.ln_eps, dtype), attn=Attention.init(cfg, key=ka),

@@ -118,7 +118,7 @@ def build_model(cfg: ModelConfig, *, key: PRNGKeyArray) -> TransformerLM:
     """Initialise a model (Flax lm1b init). Models of any residual kind built from the same
     key share their embeddings, block weights and output layer."""
     dtype = dtype_of(cfg.param_dtype)
-    k_emb, k_trunk, k_out, k_bias = jax.random.split(key, 4)
+    k_emb, k_trunk, k_out, k_bias = draws.split(key, 4)
     return TransformerLM(
         cfg=cfg,
         embed_VxD=draws.normal(k_emb, (cfg.vocab_size, cfg.d_model), dtype),

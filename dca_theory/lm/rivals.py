@@ -66,6 +66,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory.lm.blocks import (
     PreLNBlock,
     dropout,
@@ -185,7 +186,7 @@ class DenseAggregate(eqx.Module):
 def dense_aggregates(cfg: ModelConfig, key: PRNGKeyArray) -> tuple[DenseAggregate, ...]:
     """MUDDFormer's initial aggregates, one after each block (the last: one stream)."""
     t = cfg.n_layers
-    keys = jax.random.split(extra_key(key), t)
+    keys = draws.split(extra_key(key), t)
     return tuple(DenseAggregate.init(cfg, MUDD_STREAMS if i < t - 1 else 1, i + 2, key=keys[i])
                  for i in range(t))
 

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dca_theory import random_draws as draws
 from dca_theory.io import to_jsonable
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.steps import make_eval_step
@@ -58,7 +59,7 @@ def default_builder(cfg, *, key) -> eqx.Module:
 
 def seed_keys(seed: int) -> tuple[jax.Array, jax.Array]:
     """``(init key, dropout key)`` of seed ``seed``."""
-    init_key, rng = jax.random.split(jax.random.PRNGKey(int(seed)))
+    init_key, rng = draws.split(jax.random.PRNGKey(int(seed)))
     return init_key, rng
 
 

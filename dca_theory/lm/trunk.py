@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from dca_theory import random_draws as draws
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import DCABlock, PreLNBlock, dtype_of, split_or_none
@@ -61,9 +62,9 @@ from dca_theory.residual import AbstractCombiner, ResidualStack, make_combiner, 
 States = dict[str, Array]
 
 
-def block_keys(cfg: ModelConfig, key: PRNGKeyArray) -> Array:
+def block_keys(cfg: ModelConfig, key: PRNGKeyArray) -> list[Array]:
     """Per-layer init keys, identical for every residual kind."""
-    return jax.random.split(key, cfg.n_layers)
+    return draws.split(key, cfg.n_layers)
 
 
 def extra_key(key: PRNGKeyArray) -> PRNGKeyArray:
@@ -109,7 +110,7 @@ class ResidualTrunk(AbstractTrunk):
         grns = None
         if schemes.get(cfg.residual).family == "grn":
             dtype = dtype_of(cfg.param_dtype)
-            gate_keys = jax.random.split(jax.random.fold_in(key, KEY_SALT), cfg.n_layers + 1)
+            gate_keys = draws.split(jax.random.fold_in(key, KEY_SALT), cfg.n_layers + 1)
             grns = tuple(
                 make_combiner(cfg.residual, len(cfg.grn_slots(t)), cfg.d_model, dtype=dtype,
                               gate=cfg.grn_gate, key=gate_keys[t])
@@ -179,7 +180,7 @@ class DCATrunk(AbstractTrunk):
                     key: PRNGKeyArray | None = None) -> DCATrunk:
         """Wrap pre-LN blocks into DCA blocks with identity-initialised GRNs (``key`` draws
         the gate weights of a gate that starts them at random, ``small_init``)."""
-        keys = [None] * (len(blocks) + 1) if key is None else jax.random.split(key, len(blocks) + 1)
+        keys = [None] * (len(blocks) + 1) if key is None else draws.split(key, len(blocks) + 1)
         dca = tuple(
             DCABlock.from_pre_ln(b, stack_size(t, cfg.k), gate=cfg.grn_gate, key=keys[t])
             for t, b in enumerate(blocks)

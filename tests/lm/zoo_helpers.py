@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from perturbation import perturb  # noqa: F401  (re-exported for the LM tests)
 
 from dca_theory.lm.config import PRESETS
 
@@ -51,16 +52,6 @@ def tokens(seed=0, length=L):
 def assert_close_logits(a, b, dtype):
     scale = float(jnp.max(jnp.abs(b)))
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=TOL[dtype] * scale)
-
-
-def perturb(tree, key, scale=0.1):
-    """Add N(0, scale²) noise to every float array of ``tree`` (weights away from their init)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree_util.tree_unflatten(treedef, [
-        x + scale * jax.random.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
-        for x, k in zip(leaves, keys)
-    ])
 
 
 def causal_jacobian_norms(model, x_LxD):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from perturbation import perturb
 
 from dca_theory.lm.trunk import DCATrunk, ResidualTrunk
 from dca_theory.residual import make_combiner
@@ -19,16 +20,6 @@ from dca_theory.vit.config import PRESETS, ViTConfig, preset
 from dca_theory.vit.model import ViT, count_params, param_count, patchify, retrofit, sincos_2d
 
 TINY64 = preset("digits_tiny", param_dtype="float64")
-
-
-def perturb(model, key, scale=0.3):
-    """Every parameter plus N(0, scale^2) noise: a 'trained' model with non-trivial LN scales,
-    positions, class token and head (the zero-initialised head would make logits trivially 0)."""
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(key, len(leaves))
-    noisy = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
-    return eqx.combine(jax.tree_util.tree_unflatten(treedef, noisy), static)
 
 
 @eqx.filter_jit
@@ -55,7 +46,7 @@ def assert_close(a, b):
 
 def test_patch_embedding_equals_strided_convolution(getkey):
     cfg = preset("digits_tiny", channels=3, param_dtype="float64")
-    model = perturb(ViT(cfg, key=getkey()), getkey())
+    model = perturb(ViT(cfg, key=getkey()), getkey(), 0.3)
     x_HxWxC = image(cfg)
     p, d = cfg.patch_size, cfg.d_model
     kernel = model.w_patch_PxD.reshape(p, p, cfg.channels, d)  # patches flatten as (row, col, ch)
@@ -92,7 +83,7 @@ def test_sincos_2d_matches_big_vision_formula():
 ])
 def test_shapes_and_finite(residual, k, pool, positions, getkey):
     cfg = preset("digits_tiny", residual=residual, k=k, pool=pool, positions=positions)
-    model = perturb(ViT(cfg, key=getkey()), getkey())
+    model = perturb(ViT(cfg, key=getkey()), getkey(), 0.3)
     images = jax.random.normal(getkey(), (3, 8, 8, 1))
     logits = logits_jit(model, images)
     assert logits.shape == (3, cfg.num_classes) and bool(jnp.all(jnp.isfinite(logits)))
@@ -104,7 +95,7 @@ def test_shapes_and_finite(residual, k, pool, positions, getkey):
 @pytest.mark.parametrize("residual,k", [
     ("dca", None), ("dca", 1), pytest.param("grn_v3", None, marks=pytest.mark.slow)])
 def test_retrofit_equals_vanilla_with_same_weights(residual, k, getkey):
-    vanilla = perturb(ViT(TINY64, key=getkey()), getkey())
+    vanilla = perturb(ViT(TINY64, key=getkey()), getkey(), 0.3)
     model = retrofit(vanilla, residual, k)
     assert isinstance(model.trunk, DCATrunk if residual == "dca" else ResidualTrunk)
     assert model.cfg.residual == residual and model.cfg.k == k
@@ -128,7 +119,7 @@ def test_dca_from_same_key_equals_vanilla_at_init(getkey):
 
 def test_dca_with_trained_grns_differs_from_vanilla(getkey):
     # Negative control: the equality above is not vacuous.
-    vanilla = perturb(ViT(TINY64, key=getkey()), getkey())
+    vanilla = perturb(ViT(TINY64, key=getkey()), getkey(), 0.3)
     model = retrofit(vanilla, "dca")
     blk = model.trunk.blocks[1]
     grn = make_combiner("grn_v3", blk.grn_q.size, TINY64.d_model, dtype=jnp.float64,
@@ -216,7 +207,7 @@ def test_scanned_vit_equals_the_per_block_vit_in_float64(residual, getkey):
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
                                      eqx.filter(scanned, eqx.is_array),
                                      eqx.filter(_scanned(per_block), eqx.is_array)))
-    per_block = perturb(per_block, getkey())
+    per_block = perturb(per_block, getkey(), 0.3)
     x = image(cfg, seed=1)
     for got, want in zip(_logits_and_image_gradient(_scanned(per_block), x),
                          _logits_and_image_gradient(per_block, x)):
@@ -225,7 +216,7 @@ def test_scanned_vit_equals_the_per_block_vit_in_float64(residual, getkey):
 
 
 def test_retrofit_into_the_scanned_vit_keeps_the_function(getkey):
-    vanilla = perturb(ViT(TINY64.replace(layer_loop="scan"), key=getkey()), getkey())
+    vanilla = perturb(ViT(TINY64.replace(layer_loop="scan"), key=getkey()), getkey(), 0.3)
     model = retrofit(vanilla, "dca")
     assert model.cfg.layer_loop == "scan" and model.cfg.residual == "dca"
     x = image(TINY64, seed=1)

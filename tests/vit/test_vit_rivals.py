@@ -7,20 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from perturbation import perturb
 
 from dca_theory.vit.config import preset
 from dca_theory.vit.model import ViT, param_count, retrofit
 
 RIVALS = ("attn_res", "mhc", "muddformer", "value_residual")
-
-
-def perturb(model, key, scale=0.3):
-    """Every parameter plus N(0, scale²) noise (the zero-initialised head would give 0 logits)."""
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(key, len(leaves))
-    noisy = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
-    return eqx.combine(jax.tree_util.tree_unflatten(treedef, noisy), static)
 
 
 @eqx.filter_jit
@@ -31,7 +23,7 @@ def logits_jit(model, images):
 @pytest.mark.parametrize("residual", RIVALS)
 def test_forward_shapes_finite_and_not_causal(residual, getkey):
     cfg = preset("digits_tiny", residual=residual, param_dtype="float64")
-    model = perturb(ViT(cfg, key=getkey()), getkey())
+    model = perturb(ViT(cfg, key=getkey()), getkey(), 0.3)
     assert param_count(cfg) > param_count(cfg.replace(residual="vanilla"))
     images = jax.random.normal(getkey(), (3, 8, 8, 1), jnp.float64)
     out = logits_jit(model, images)
@@ -46,7 +38,8 @@ def test_forward_shapes_finite_and_not_causal(residual, getkey):
 
 @pytest.mark.parametrize("residual", ["muddformer", "value_residual"])
 def test_retrofit_equals_vanilla(residual, getkey):
-    vanilla = perturb(ViT(preset("digits_tiny", param_dtype="float64"), key=getkey()), getkey())
+    vanilla = perturb(ViT(preset("digits_tiny", param_dtype="float64"), key=getkey()), getkey(),
+                      0.3)
     model = retrofit(vanilla, residual)
     assert model.cfg.residual == residual
     images = jax.random.normal(getkey(), (2, 8, 8, 1), jnp.float64)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dca_theory import random_draws as draws
 from dca_theory import schemes
 from dca_theory.gates import KEY_SALT
 from dca_theory.lm.blocks import dtype_of
@@ -58,7 +59,7 @@ class GRNMixer(Mixer):
 
     @classmethod
     def init(cls, cfg: ModelConfig, *, key) -> GRNMixer:
-        keys = jax.random.split(jax.random.fold_in(key, KEY_SALT), cfg.n_layers + 1)
+        keys = draws.split(jax.random.fold_in(key, KEY_SALT), cfg.n_layers + 1)
         grns = [make_combiner(cfg.residual, len(cfg.grn_slots(t)), cfg.d_model,
                               dtype=dtype_of(cfg.param_dtype), gate=cfg.grn_gate, key=keys[t])
                 for t in range(cfg.n_layers + 1)]

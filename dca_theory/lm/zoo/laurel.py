@@ -21,6 +21,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
+from dca_theory import random_draws as draws
 from dca_theory.lm.baselines import LowRank
 from dca_theory.lm.blocks import dtype_of
 from dca_theory.lm.config import ModelConfig
@@ -54,7 +55,7 @@ class LaurelMixer(Mixer):
     @classmethod
     def init(cls, cfg: ModelConfig, *, key) -> LaurelMixer:
         # LaurelTrunk.init's draws: one low-rank map per block from the extra key.
-        keys = jax.random.split(extra_key(key), cfg.n_layers)
+        keys = draws.split(extra_key(key), cfg.n_layers)
         low_rank = [LowRank.init(cfg, key=k) for k in keys]
         gammas = None
         if cfg.residual == "laurel_pa":
