@@ -41,8 +41,8 @@ def _bucketable(key: PRNGKeyArray) -> bool:
     return key.shape == (2,) and jax.config.jax_default_prng_impl == "threefry2x32"
 
 
-def _bucket(n: int) -> int:
-    return max(_MIN_BUCKET, 1 << max(n - 1, 0).bit_length())
+def _bucket(n: int, smallest: int = _MIN_BUCKET) -> int:
+    return max(smallest, 1 << max(n - 1, 0).bit_length())
 
 
 def _finish(flat: Array, shape: tuple[int, ...], scale: float | None) -> Array:
@@ -84,7 +84,7 @@ def split(key: PRNGKeyArray, n: int = 2) -> list[Array]:
     NumPy and put back on the device one by one (a ``device_put`` compiles nothing)."""
     if not _bucketable(key) or jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         return list(jax.random.split(key, n))
-    rows = np.asarray(jax.random.split(key, max(_MIN_KEYS, 1 << max(n - 1, 0).bit_length())))
+    rows = np.asarray(jax.random.split(key, _bucket(n, _MIN_KEYS)))
     return [jax.device_put(row) for row in rows[:n]]
 
 

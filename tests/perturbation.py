@@ -3,12 +3,13 @@ trivial point (zero-initialised heads, identity gates)."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import numpy as np
 
 from dca_theory import random_draws
 
-# NumPy adds ``x + scale * noise`` with the rounding of XLA's eager multiply and add for these
+# NumPy adds ``x + noise`` with the rounding of XLA's eager add for these
 _NUMPY_EXACT = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -20,11 +21,11 @@ def perturb(tree, key, scale=0.1):
     keys = random_draws.split(key, len(leaves))
 
     def noisy(x, k):
-        if not (isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, np.inexact)):
+        if not eqx.is_inexact_array(x):
             return x
-        noise = random_draws.normal(k, x.shape, x.dtype)
+        noise = random_draws.normal(k, x.shape, x.dtype, scale=scale)
         if x.dtype in _NUMPY_EXACT:
-            return jax.device_put(np.asarray(x) + scale * np.asarray(noise))
-        return x + scale * noise
+            return jax.device_put(np.asarray(x) + np.asarray(noise))
+        return x + noise
 
     return jax.tree_util.tree_unflatten(treedef, [noisy(x, k) for x, k in zip(leaves, keys)])

@@ -44,7 +44,6 @@ from dca_theory.io import to_jsonable
 from dca_theory.lm import data as lm_data
 from dca_theory.lm.steps import make_eval_step
 from dca_theory.lm.train_config import LMTrainConfig
-from dca_theory.random_draws import stack_leaves
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -76,7 +75,7 @@ def dropout_keys(seeds: Sequence[int]) -> jax.Array:
 
 def stack_models(models: Sequence[eqx.Module]):
     """``(params with leading seed axis, static)`` of equal-structure models."""
-    params = stack_leaves([eqx.filter(m, eqx.is_inexact_array) for m in models])
+    params = draws.stack_leaves([eqx.filter(m, eqx.is_inexact_array) for m in models])
     return params, eqx.filter(models[0], eqx.is_inexact_array, inverse=True)
 
 
