@@ -1,10 +1,17 @@
 """Shared test setup: float64, strict rank and dtype promotion, the data directory, markers.
 
-No compilation cache on disk: JAX's persistent cache, LRU-bounded so that its file lock keeps
-the two workers from reading a half-written entry, made ``.ci/run``'s pytest take 14 min 16 s
-against 8 min 46 s without it on the same tree (sys time 2 min 24 s against 26 s: each write
-scans the cache folder under the shared lock); unbounded, on tests/test_user_commands.py alone
-it took 252 s against 203 s (a cold cache: almost no program of a session compiles twice).
+A compilation cache per pytest process: many tests build the same program again (a resumed
+run, a retrained tiny model), and JAX's own persistent cache, keyed by the program's content,
+serves those from memory-backed disk. Each process (each xdist worker) has its own folder, made
+at start and deleted at exit: no lock, no entry shared while half-written, no program carried
+over from an earlier session (every program still compiles once per process), and subprocesses,
+which do not inherit ``jax.config``, compile alone. Measured with the evidence grid running
+beside it: tests/test_user_commands.py alone 216 s without, 178 s with; five training test
+files (faults, checkpoint, train, seed loop) 172 s against 118 s, where 64 s of the 125 s of
+compilation had been repeats. A cache shared by the two workers was slower: bounded, its file
+lock made ``.ci/run``'s pytest take 14 min 16 s against 8 min 46 s (each write scanned the
+folder under the lock); unbounded, JAX writes entries without a lock, so a worker could read
+one half-written.
 
 The tests compile with XLA's default backend optimisation, as users' programs do. Compiling
 without LLVM's passes (``--xla_backend_optimization_level=0``) would cut the CPU time of
@@ -19,7 +26,10 @@ checkout (where CI lays it). Tests that need it skip with a message when it is a
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
@@ -31,6 +41,21 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _private_compilation_cache() -> None:
+    """This process's compilation cache (module docstring), on tmpfs where there is one."""
+    shm = Path("/dev/shm")
+    where = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    folder = tempfile.mkdtemp(prefix="dca-theory-tests-xla-", dir=where)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_compilation_cache_max_size", -1)  # unbounded: no lock, no eviction
+    # programs that compile faster than this are not worth a write
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+_private_compilation_cache()
 
 
 @pytest.fixture(scope="session")
