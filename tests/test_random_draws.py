@@ -43,8 +43,8 @@ def test_one_compiled_sampler_serves_every_shape_in_a_bucket():
     draws.normal(key, (5, 6), jnp.float32)  # compiles the 256-element bucket
     with pytest.MonkeyPatch.context() as mp:
         compiled = []
-        mp.setattr(jax._src.compiler, "backend_compile_and_load",
-                   _counting(jax._src.compiler.backend_compile_and_load, compiled))
+        mp.setattr(jax._src.compiler, "compile_or_get_cached",
+                   _counting(jax._src.compiler.compile_or_get_cached, compiled))
         for shape in [(3, 7), (200,), (16, 16), (2, 2, 2)]:
             draws.normal(key, shape, jnp.float32)
     assert compiled == []
@@ -67,8 +67,8 @@ def test_split_compiles_nothing_for_a_new_count_inside_a_bucket():
     draws.split(key, 3)  # compiles the 16-key bucket
     with pytest.MonkeyPatch.context() as mp:
         compiled = []
-        mp.setattr(jax._src.compiler, "backend_compile_and_load",
-                   _counting(jax._src.compiler.backend_compile_and_load, compiled))
+        mp.setattr(jax._src.compiler, "compile_or_get_cached",
+                   _counting(jax._src.compiler.compile_or_get_cached, compiled))
         for n in (2, 5, 9, 16):
             draws.split(key, n)
     assert compiled == []
@@ -77,6 +77,8 @@ def test_split_compiles_nothing_for_a_new_count_inside_a_bucket():
 
 
 def _counting(fn, log):
+    """``fn`` logging each call: every program built, compiled or read from the tests'
+    compilation cache (conftest)."""
     def wrapped(*a, **k):
         log.append(1)
         return fn(*a, **k)
