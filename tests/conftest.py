@@ -3,16 +3,16 @@
 A compilation cache per pytest process: many tests build the same program again (a resumed run,
 a retrained tiny model), and JAX's own persistent cache, keyed by the program's content, serves
 those from memory-backed disk. Each process (each xdist worker) has its own folder, made at
-start and deleted at exit: no lock, no entry shared while half-written, no program carried over
-from an earlier session (every program still compiles once per process), and subprocesses, which
-do not inherit ``jax.config``, compile alone. The default suite on a fresh clone, 2 cores,
-nothing else running: 12 min 28 s with it, 13 min 40 s without (one run each, the same sitting;
-CPU time 23 min 24 s against 25 min 43 s). The repeats are in the training tests (five of those
-files in one process: 64 s of their 125 s of compilation had been repeats); the tiny end-to-end
-runs of tests/test_user_commands.py repeat almost nothing (6 of 651 programs read back). An
-earlier cache shared by the two workers was slower: bounded, its file lock made ``.ci/run``'s
-pytest take 14 min 16 s against 8 min 46 s (each write scanned the folder under the lock);
-unbounded, JAX writes entries without a lock, so a worker could read one half-written.
+start and deleted at exit: no lock, no entry shared while half-written, nothing kept between
+pytest runs (every program still compiles once per process), and subprocesses, which do not
+inherit ``jax.config``, compile alone. The default suite on a fresh clone, 2 cores, nothing else
+running: 12 min 28 s with it, 13 min 40 s without (one run each; CPU time 23 min 24 s against 25
+min 43 s). The repeats are in the training tests (five of those files in one process: 64 s of
+their 125 s of compilation are repeats); the tiny end-to-end runs of tests/test_user_commands.py
+repeat almost nothing (6 of 651 programs read back). A cache shared by the two workers is slower
+or unsafe: bounded, its file lock made ``.ci/run``'s pytest take 14 min 16 s against 8 min 46 s
+(each write scans the folder under the lock); unbounded, JAX writes entries without a lock, so a
+worker could read one half-written.
 
 The tests compile with XLA's default backend optimisation, as users' programs do. Compiling
 without LLVM's passes (``--xla_backend_optimization_level=0``) would cut the CPU time of

@@ -1,6 +1,8 @@
 """``random_draws`` returns jax.random's own bits for every shape, dtype and key kind, and falls
 back to jax.random under tracing; exact equality (tolerance 0) is the contract."""
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,10 +43,7 @@ def test_one_compiled_sampler_serves_every_shape_in_a_bucket():
     """The point of the module: no XLA compilation for a new shape inside a compiled bucket."""
     key = jax.random.key(0)
     draws.normal(key, (5, 6), jnp.float32)  # compiles the 256-element bucket
-    with pytest.MonkeyPatch.context() as mp:
-        compiled = []
-        mp.setattr(jax._src.compiler, "compile_or_get_cached",
-                   _counting(jax._src.compiler.compile_or_get_cached, compiled))
+    with _programs_built() as compiled:
         for shape in [(3, 7), (200,), (16, 16), (2, 2, 2)]:
             draws.normal(key, shape, jnp.float32)
     assert compiled == []
@@ -65,10 +64,7 @@ def test_split_equals_the_listed_jax_split_bit_for_bit(key_kind):
 def test_split_compiles_nothing_for_a_new_count_inside_a_bucket():
     key = jax.random.PRNGKey(1)
     draws.split(key, 3)  # compiles the 16-key bucket
-    with pytest.MonkeyPatch.context() as mp:
-        compiled = []
-        mp.setattr(jax._src.compiler, "compile_or_get_cached",
-                   _counting(jax._src.compiler.compile_or_get_cached, compiled))
+    with _programs_built() as compiled:
         for n in (2, 5, 9, 16):
             draws.split(key, n)
     assert compiled == []
@@ -76,13 +72,20 @@ def test_split_compiles_nothing_for_a_new_count_inside_a_bucket():
     np.testing.assert_array_equal(traced, jax.random.split(key, 3))
 
 
-def _counting(fn, log):
-    """``fn`` logging each call: every program built, compiled or read from the tests'
-    compilation cache (conftest)."""
-    def wrapped(*a, **k):
-        log.append(1)
-        return fn(*a, **k)
-    return wrapped
+@contextlib.contextmanager
+def _programs_built():
+    """A list that gets one entry per program built inside the block: compiled, or read from
+    the tests' compilation cache (conftest)."""
+    built = []
+    build = jax._src.compiler.compile_or_get_cached
+
+    def counting(*a, **k):
+        built.append(1)
+        return build(*a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jax._src.compiler, "compile_or_get_cached", counting)
+        yield built
 
 
 def test_traced_and_batched_keys_fall_back_to_jax_random():
