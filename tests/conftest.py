@@ -14,12 +14,17 @@ or unsafe: bounded, its file lock made ``.ci/run``'s pytest take 14 min 16 s aga
 (each write scans the folder under the lock); unbounded, JAX writes entries without a lock, so a
 worker could read one half-written.
 
-The tests compile with XLA's default backend optimisation, as users' programs do. Compiling
-without LLVM's passes (``--xla_backend_optimization_level=0``) would cut the CPU time of
-tests/test_user_commands.py by about a third, but it is not the same machine code: at level 0
-the float64 gradient of a 3-layer mHC trunk (tests/lm/test_scanned.py) comes out NaN in every
-parameter, where the default level gives finite values equal to 1e-10 across two
-implementations.
+The tests compile with LLVM's optimisation passes off (``--xla_backend_optimization_level=0``,
+added to ``XLA_FLAGS`` unless it names a level already; subprocesses inherit it): their models
+are tiny, so compiling is most of the suite's time and running them little of it. XLA builds the
+same programs at every level, and level 0 only leaves each kernel's machine code unoptimised, so
+values agree to rounding: every test passes at both levels (the float64 trunk equalities to
+1e-10 included). On this 2-core machine the default suite took 10 min 17 s at level 0 against
+11 min 47 s at XLA's default level 3 (CPU time 17 min 21 s against 22 min 2 s; one run each,
+same tree). CI's slow tests (``.ci/run``) compile at level 3, as users' programs do. Level 0
+once found a fragile gradient: mHC's Sinkhorn took the gradient of its overflow shift through
+``max``'s tie count, which came out 0 where XLA computed the logits twice with different
+rounding (:func:`dca_theory.lm.mhc.sinkhorn`).
 
 The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
 checkout (where CI lays it). Tests that need it skip with a message when it is absent.
@@ -36,6 +41,20 @@ from pathlib import Path
 import jax
 import pytest
 
+
+def _compile_without_llvm_passes() -> None:
+    """Level 0 for this process and its subprocesses (module docstring). ``XLA_FLAGS`` is read
+    when the first backend starts, so this must run before anything touches a device."""
+    from jax._src import xla_bridge
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+    if xla_bridge._backends:  # a plugin started one first: the flag would silently not apply
+        raise RuntimeError("a JAX backend started before tests/conftest.py set XLA_FLAGS")
+
+
+_compile_without_llvm_passes()
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Mixed dtypes must be cast explicitly (weak-typed Python scalars still promote as usual).

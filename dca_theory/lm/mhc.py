@@ -71,10 +71,19 @@ def sinkhorn(logits: Float[Array, "*batch N N"], *, iters: int = SINKHORN_ITERS,
     (rows last, so row sums are 1 up to ``eps``; column sums up to the iteration's residual),
     in float32 at least, returned in ``logits``' dtype. A ``fori_loop``: twenty traced
     iterations per block made the float64 gradient's compilation about 3× slower (measured:
-    15.5 s against 4.2 s for a 3-layer tiny model)."""
+    15.5 s against 4.2 s for a 3-layer tiny model).
+
+    The logits are shifted by their maximum (the largest entry of ``exp`` is 1, so nothing
+    overflows), and the shift is a constant to the gradient, as in ``jax.nn.softmax``. The
+    shift's own gradient is only the ``eps`` term's (9e-12 of the largest gradient of a tiny
+    float64 mHC trunk), and taking it goes through ``max``'s tie count, the entries bit-equal
+    to the maximum: where XLA computes ``z`` twice with one rounding different (in two
+    fusions), no entry equals it and the gradient is inf. That happened at
+    ``--xla_backend_optimization_level=0``: every parameter's gradient of a tiny mHC trunk
+    came out non-finite."""
     acc = at_least_float32(logits.dtype)
     z = logits.astype(acc)
-    m = jnp.exp(z - jnp.max(z, axis=(-2, -1), keepdims=True))  # the largest entry is 1
+    m = jnp.exp(z - jax.lax.stop_gradient(jnp.max(z, axis=(-2, -1), keepdims=True)))
 
     def normalise(_, m):
         m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)  # columns

@@ -57,7 +57,9 @@ RIVALS = ("attn_res", "mhc", "muddformer", "value_residual")
 
 @pytest.mark.slow  # 12 compilations in a fresh process (~1 min on 2 cores)
 def test_rivals_train_sharded_as_on_one_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    # the four host devices beside the flags the tests run with (tests/conftest.py)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(),
                JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(RIVALS)], env=env,
                           capture_output=True, text=True, timeout=1200)

@@ -69,7 +69,9 @@ print("RESULT" + json.dumps(out))
 
 
 def test_sharded_training_matches_single_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    # the four host devices beside the flags the tests run with (tests/conftest.py)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(),
                JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=env,
                           capture_output=True, text=True, timeout=600)
