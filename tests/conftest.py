@@ -9,7 +9,7 @@ inherit ``jax.config``, compile alone. The default suite on a fresh clone, 2 cor
 running: 12 min 28 s with it, 13 min 40 s without (one run each; CPU time 23 min 24 s against 25
 min 43 s). The repeats are in the training tests (five of those files in one process: 64 s of
 their 125 s of compilation are repeats); the tiny end-to-end runs of tests/test_user_commands.py
-repeat almost nothing (6 of 651 programs read back). A cache shared by the two workers is slower
+repeat almost nothing (6 of 651 programs read back). A cache shared by the workers is slower
 or unsafe: bounded, its file lock made ``.ci/run``'s pytest take 14 min 16 s against 8 min 46 s
 (each write scans the folder under the lock); unbounded, JAX writes entries without a lock, so a
 worker could read one half-written.
@@ -19,12 +19,12 @@ added to ``XLA_FLAGS`` unless it names a level already; subprocesses inherit it)
 are tiny, so compiling is most of the suite's time and running them little of it. XLA builds the
 same programs at every level, and level 0 only leaves each kernel's machine code unoptimised, so
 values agree to rounding: every test passes at both levels (the float64 trunk equalities to
-1e-10 included). On this 2-core machine the default suite took 10 min 17 s at level 0 against
-11 min 47 s at XLA's default level 3 (CPU time 17 min 21 s against 22 min 2 s; one run each,
-same tree). CI's slow tests (``.ci/run``) compile at level 3, as users' programs do. Level 0
-once found a fragile gradient: mHC's Sinkhorn took the gradient of its overflow shift through
-``max``'s tie count, which came out 0 where XLA computed the logits twice with different
-rounding (:func:`dca_theory.lm.mhc.sinkhorn`).
+1e-10 included). On this 2-core machine, with two workers, the default suite took 10 min 17 s
+at level 0 against 11 min 47 s at XLA's default level 3 (CPU time 17 min 21 s against 22 min
+2 s; one run each, same tree). CI's slow tests (``.ci/run``) compile at level 3, as users'
+programs do. Level 0 once found a fragile gradient: mHC's Sinkhorn took the gradient of its
+overflow shift through ``max``'s tie count, which came out 0 where XLA computed the logits twice
+with different rounding (:func:`dca_theory.lm.mhc.sinkhorn`).
 
 The data directory for tests is ``$DCA_DATA_DIR`` if set, else ``../shared/data`` next to the
 checkout (where CI lays it). Tests that need it skip with a message when it is absent.
