@@ -50,7 +50,9 @@ def _compile_without_llvm_passes() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if "--xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
-    if xla_bridge._backends:  # a plugin started one first: the flag would silently not apply
+    # a plugin started one first: the flag would silently not apply (a private name: where a
+    # JAX release renames it, the check is skipped rather than the suite stopped)
+    if getattr(xla_bridge, "_backends", None):
         raise RuntimeError("a JAX backend started before tests/conftest.py set XLA_FLAGS")
 
 
