@@ -8,6 +8,7 @@ token), so the training machinery can be tested independently of the zoo.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import equinox as eqx
 import jax
@@ -59,3 +60,10 @@ def float32():
         yield
     finally:
         jax.config.update("jax_enable_x64", old)
+
+
+def host_devices_env(count: int = 4) -> dict[str, str]:
+    """The environment of a float32, CPU-only subprocess with ``count`` host devices, the
+    flags the tests run with (tests/conftest.py) kept beside them."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"
+    return dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0")

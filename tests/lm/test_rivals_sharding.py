@@ -5,12 +5,12 @@ real LM of each kind instead of the bigram stand-in)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from lm_train_helpers import host_devices_env
 
 SCRIPT = r"""
 import json, sys
@@ -57,11 +57,7 @@ RIVALS = ("attn_res", "mhc", "muddformer", "value_residual")
 
 @pytest.mark.slow  # 12 compilations in a fresh process (~1 min on 2 cores)
 def test_rivals_train_sharded_as_on_one_device():
-    # the four host devices beside the flags the tests run with (tests/conftest.py)
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, XLA_FLAGS=flags.strip(),
-               JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(RIVALS)], env=env,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(RIVALS)], env=host_devices_env(),
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))

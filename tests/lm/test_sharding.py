@@ -7,7 +7,6 @@ multi-device check runs in a fresh subprocess with 4 CPU devices.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from lm_train_helpers import host_devices_env
 
 from dca_theory.lm import sharding as shd
 
@@ -69,11 +69,7 @@ print("RESULT" + json.dumps(out))
 
 
 def test_sharded_training_matches_single_device():
-    # the four host devices beside the flags the tests run with (tests/conftest.py)
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, XLA_FLAGS=flags.strip(),
-               JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=env,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(HERE)], env=host_devices_env(),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
