@@ -74,7 +74,9 @@ class Evidence2Settings(LMGridSettings):
     ``secondary_seeds``, ``related_seeds``. Sweep: ``sweep_steps`` on ``sweep_seeds``, starting
     at ``start_factors`` x r0, at most ``max_extend`` extensions; the ranking check at
     ``ranking_width`` within ``ranking_tolerance`` points. H5: ``kappas`` (headline first) and
-    ``rank_positions``. ``parts``: which parts this sitting runs."""
+    ``rank_positions``; ``h5_retrain`` retrains a vanilla run whose parameters are gone to
+    measure its rank (:func:`dca_theory.lab.lm_runs.restore_params`; off: such a run waits).
+    ``parts``: which parts this sitting runs."""
 
     widths: tuple[int, ...] = (16, 32, 64)
     r0_vanilla: tuple[float, ...] = (0.064, 0.032, 0.016)
@@ -102,6 +104,7 @@ class Evidence2Settings(LMGridSettings):
     related_seeds: int = 8
     kappas: tuple[float, ...] = (0.5, 0.3, 0.8)
     rank_positions: int = 16
+    h5_retrain: bool = False
     parts: tuple[str, ...] = PARTS
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dca_theory.io import read_json, write_json
 from dca_theory.lab import lm_evidence as E
 from dca_theory.lab import lm_evidence2_analysis as A2
 from dca_theory.lab import rate_sweep
@@ -24,20 +25,37 @@ from dca_theory.lab.lm_runs import RunSpec, is_cached
 NOT_RUN = object()  # a run neither cached nor trained (only_cached)
 
 
-def measure_update_rank(s: RunSpec, cache, positions: int) -> dict | None:
-    """Per seed the layer-mean effective-rank fraction of the residual update of the trained
-    models of ``s`` (None where the parameters are not in the cache)."""
-    from dca_theory.lab.branch_rank import branch_rank_profile
-    from dca_theory.lab.lm_runs import cached_corpus, load_models
+#: beside a run's record: its measured update rank, which outlives the parameters (the run
+#: cache commits records and curves, never ``params.npz``)
+RANK_FILE = "update_rank.json"
 
+
+def measure_update_rank(s: RunSpec, cache, positions: int, *, retrain: bool = False,
+                        log=None) -> dict | None:
+    """Per seed the layer-mean effective-rank fraction of the residual update of the trained
+    models of ``s``: read from the run's :data:`RANK_FILE` if it was measured at ``positions``,
+    else measured on the cached parameters and saved there. Without parameters: None, or with
+    ``retrain`` the parameters are first restored by retraining (checked against the record,
+    :func:`dca_theory.lab.lm_runs.restore_params`)."""
+    from dca_theory.lab.branch_rank import branch_rank_profile
+    from dca_theory.lab.lm_runs import cached_corpus, load_models, restore_params
+
+    saved = Path(cache) / s.key / RANK_FILE
+    if saved.is_file() and (old := read_json(saved)).get("positions") == positions:
+        return old
     if not (Path(cache) / s.key / "params.npz").is_file():
-        return None
+        if not retrain:
+            return None
+        restore_params(s, cache, log=log)
     corpus = cached_corpus(s.train.data, s.train.bpe_vocab_size)
     fracs = []
     for i, m in enumerate(load_models(s, cache)):
         layers = branch_rank_profile(m, corpus.valid, s.train.seq_len, positions, seed=i)
         fracs.append(float(np.mean([layer["update_eff_rank_frac"] for layer in layers])))
-    return {"update_frac": fracs, "layers": s.model.n_layers, "key": s.key}
+    out = {"update_frac": fracs, "layers": s.model.n_layers, "key": s.key,
+           "positions": positions}
+    write_json(saved, out)
+    return out
 
 
 class Grid2:
@@ -47,8 +65,9 @@ class Grid2:
         self.cfg, self.quick, self.cache, self.log = cfg, quick, Path(cache), log
         self.only_cached = only_cached
         self.train = train or E.run_unless_diverged
-        self.rank_of = rank_of or (lambda s: measure_update_rank(s, self.cache,
-                                                                 cfg.rank_positions))
+        self.rank_of = rank_of or (lambda s: measure_update_rank(
+            s, self.cache, cfg.rank_positions, retrain=cfg.h5_retrain and not only_cached,
+            log=log))
         self.missing: list[str] = []
         self.diverged: list[str] = []
         self.used: dict[str, dict] = {}  # key -> record of every run read or trained

@@ -264,6 +264,39 @@ def _save_params(folder: Path, runs) -> None:
     np.savez(folder / "params.npz", **{f"p{i}": np.asarray(x) for i, x in enumerate(leaves)})
 
 
+RESTORE = "restore"  # a retraining's own cache inside the run's folder (git-ignored)
+
+
+def restore_params(s: RunSpec, cache: Path, *, rtol: float = 1e-5, log=None) -> Path:
+    """Put back the parameters of a cached run whose ``params.npz`` is gone (the cache commits
+    records and curves, never parameters) without touching its record or curves.
+
+    The run is retrained from its seeds into ``<run>/restore/`` (resumable like any run) and
+    its parameters are moved into the run's folder only if every seed's retrained test and
+    validation perplexity equals the record's within ``rtol``: seeds fix the data order and the
+    initial weights, so the same function on the same backend retrains the same models, and
+    the check says whether it did. A mismatch is a one-line ValueError and nothing is moved."""
+    folder = Path(cache) / s.key
+    if (folder / "params.npz").is_file():
+        return folder / "params.npz"
+    if not is_cached(s, cache):
+        raise ValueError(f"{s.key} is not in the run cache {cache}: nothing to restore; "
+                         "train it instead")
+    side = folder / RESTORE
+    new = ensure_run(s, side, log=log)
+    old = read_json(folder / "record.json")
+    for split in ("test", "valid"):
+        a, b = np.asarray(ppl(old, split)), np.asarray(ppl(new, split))
+        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=0):
+            raise ValueError(
+                f"{s.key}: retrained {split} perplexities {b.tolist()} differ from the "
+                f"record's {a.tolist()} by more than rtol={rtol}; parameters not restored "
+                f"(the retraining is kept in {side})")
+    (side / s.key / "params.npz").replace(folder / "params.npz")
+    shutil.rmtree(side)
+    return folder / "params.npz"
+
+
 def load_curves(s: RunSpec, cache: Path) -> dict[str, np.ndarray]:
     with np.load(Path(cache) / s.key / "curves.npz") as f:
         return {k: f[k] for k in f.files}

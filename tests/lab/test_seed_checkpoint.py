@@ -125,3 +125,40 @@ def test_the_run_cache_names_a_checkpoint_of_the_older_format(corpus, tmp_path, 
                                          r"it to train this run from step 0") as err:
         lm_runs.ensure_run(spec, tmp_path)
     assert "\n" not in str(err.value) and not lm_runs.is_cached(spec, tmp_path)
+
+
+def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tmp_path,
+                                                                      monkeypatch):
+    """A committed run has no parameters; restoring retrains them from the seeds, bit for bit
+    on one backend, and leaves the record and curves as they were. A retraining that does not
+    match the record moves nothing and names the run."""
+    spec = lm_runs.RunSpec(label="restore", model=CFG, train=TC, seeds=(0, 1), final_batches=2)
+    monkeypatch.setattr(lm_runs, "cached_corpus", lambda *a: corpus)
+    folder = tmp_path / spec.key
+    lm_runs.ensure_run(spec, tmp_path)
+    with np.load(folder / "params.npz") as f:
+        trained = {k: f[k] for k in f.files}
+    kept = {n: (folder / n).read_bytes() for n in ("record.json", "curves.npz")}
+    (folder / "params.npz").unlink()
+    assert lm_runs.restore_params(spec, tmp_path) == folder / "params.npz"
+    with np.load(folder / "params.npz") as f:
+        assert set(f.files) == set(trained)
+        for k in f.files:
+            np.testing.assert_array_equal(f[k], trained[k])
+    assert {n: (folder / n).read_bytes() for n in kept} == kept
+    assert not (folder / lm_runs.RESTORE).exists()
+
+    record = json.loads(kept["record.json"])
+    record["test_ppl"] = [p * 1.01 for p in record["test_ppl"]]  # not what these seeds give
+    (folder / "record.json").write_text(json.dumps(record))
+    (folder / "params.npz").unlink()
+    with pytest.raises(ValueError, match=r"restore-\w+: retrained test perplexities .* differ "
+                                         r"from the record's .* parameters not restored") as err:
+        lm_runs.restore_params(spec, tmp_path)
+    assert "\n" not in str(err.value) and not (folder / "params.npz").exists()
+
+
+def test_restore_params_refuses_a_run_not_in_the_cache(tmp_path):
+    spec = lm_runs.RunSpec(label="absent", model=CFG, train=TC, seeds=(0,), final_batches=2)
+    with pytest.raises(ValueError, match=r"absent-\w+ is not in the run cache .* train it"):
+        lm_runs.restore_params(spec, tmp_path)

@@ -214,3 +214,30 @@ def test_quick_mode_trains_and_summarises(tmp_path, monkeypatch, data_dir):
     assert all(c["at_grid_edge"] for c in s["sweeps"].values())  # one rate, no extension
     assert s["H4"]["default_gate"] in ("paper", "bias_inside")
     assert set(s["H5"]["cells"]) and s["cpu_hours"] > 0
+
+
+def test_the_update_rank_is_saved_beside_the_record_and_outlives_the_parameters(
+        tmp_path, monkeypatch, data_dir):
+    """H5 reads each vanilla model's rank; the cache commits records, not parameters, so the
+    measurement is saved beside the record and read back once the parameters are gone."""
+    from dca_theory.lab.lm_evidence import run_unless_diverged
+    from dca_theory.lab.lm_evidence2_runs import RANK_FILE, Grid2, measure_update_rank
+
+    monkeypatch.setenv("DCA_DATA_DIR", str(data_dir))
+    s = lm_evidence_2.settings(True)
+    spec = s.run_spec(True, "vanilla", 8, "ptb-char", 0.01, (100, 101), steps=3)
+    assert measure_update_rank(spec, tmp_path, 2) is None  # not trained
+    assert run_unless_diverged(spec, tmp_path) is not None
+    r = measure_update_rank(spec, tmp_path, 2)
+    assert len(r["update_frac"]) == 2 and all(0 < f <= 1 for f in r["update_frac"])
+    assert r["layers"] == spec.model.n_layers and r["positions"] == 2
+    (tmp_path / spec.key / "params.npz").unlink()
+    assert measure_update_rank(spec, tmp_path, 2) == r  # read back from RANK_FILE
+    assert (tmp_path / spec.key / RANK_FILE).is_file()
+    assert measure_update_rank(spec, tmp_path, 3) is None  # another setting; no parameters
+    # with h5_retrain the grid restores the parameters (retrained, checked against the record)
+    (tmp_path / spec.key / RANK_FILE).unlink()
+    cfg = lm_evidence_2.settings(True, ["h5_retrain=true"])
+    assert cfg.rank_positions == 2
+    assert Grid2(cfg, True, tmp_path, only_cached=True).rank_of(spec) is None
+    assert Grid2(cfg, True, tmp_path).rank_of(spec) == r
