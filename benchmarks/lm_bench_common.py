@@ -39,10 +39,13 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "mhc": ("mhc", None, "fused"),
     "muddformer": ("muddformer", None, "fused"),
     "value_residual": ("value_residual", None, "fused"),
-    # The paper's literal GRN-v3 gate, b + ReLU(w·h), beside the default bias_inside gate
-    # (whose backward pass adds a per-feature ReLU mask): the gate's own step cost, paired.
+    # One GRN-v3 gate each, whatever the LM's default (gates.LM_DEFAULT_GATE): the paper's
+    # literal b + ReLU(w·h) and ReLU(b + w·h), whose backward pass adds a per-feature ReLU
+    # mask; timed in the same rounds, they give each gate's own step cost, paired.
     "dca-paper-gate": ("dca", None, "fused"),
     "2-dca-paper-gate": ("dca", 2, "fused"),
+    "dca-bias-inside-gate": ("dca", None, "fused"),
+    "2-dca-bias-inside-gate": ("dca", 2, "fused"),
     # The scanned trunk (layer_loop="scan", dca_theory.lm.scanned): blocks stacked over
     # layers in one lax.scan body, compile time flat in depth. GRN-v3 (one GRN per block,
     # Table 7's ablation) scans like full DCA.
@@ -59,8 +62,10 @@ VARIANTS: dict[str, tuple[str, int | None, str]] = {
     "dca-scan": ("dca", None, "fused"),
     "2-dca-scan": ("dca", 2, "fused"),
 }
-#: variants that run a GRN-v3 gate other than the default
-VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "paper"}
+#: variants that name their GRN-v3 gate (the others run the LM's default)
+VARIANT_GATE: dict[str, str] = {"dca-paper-gate": "paper", "2-dca-paper-gate": "paper",
+                                "dca-bias-inside-gate": "bias_inside",
+                                "2-dca-bias-inside-gate": "bias_inside"}
 #: variants whose blocks run in a lax.scan (``layer_loop="scan"``)
 SCAN_VARIANTS: tuple[str, ...] = ("vanilla-scan", "dca-scan", "2-dca-scan", "grn_v3-scan")
 DEFAULT_VARIANTS: tuple[str, ...] = ("vanilla", "dca", "2-dca")

@@ -376,8 +376,6 @@ def make_combiner(
     """
     cls = COMBINERS[schemes.canonical(check_kind(kind))]
     gate = gates.canonical(gate)
-    if cls is GRNv3:
-        gates.warn_if_frozen(gate)
     if size < 1 or dim < 1:
         raise ValueError(f"stack size and dim must be >= 1, got size={size}, dim={dim}")
     if init not in ("identity", "random"):

@@ -1,5 +1,5 @@
-"""The benchmarks' shared variants: the paper-gate variants differ from DCA / 2-DCA in the
-GRN-v3 gate only, so a paired step-time run measures the gate's own cost."""
+"""The benchmarks' shared variants: the named-gate variants differ from DCA / 2-DCA (the LM's
+default gate) in the GRN-v3 gate only, so a paired step-time run measures each gate's own cost."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import dataclasses
 
 from bench_scripts import load
 
+from dca_theory import gates
 
-def test_paper_gate_variants_differ_from_the_default_in_the_gate_only():
+
+def test_named_gate_variants_differ_from_the_default_in_the_gate_only():
     common = load("lm_bench_common")
     for base in ("dca", "2-dca"):
         default = common.model_config(base, width=64, depth=3, seq=8, vocab=32)
-        paper = common.model_config(f"{base}-paper-gate", width=64, depth=3, seq=8, vocab=32)
-        assert (default.grn_gate, paper.grn_gate) == ("bias_inside", "paper")
-        assert dataclasses.replace(paper, grn_gate=default.grn_gate) == default
+        assert default.grn_gate == gates.LM_DEFAULT_GATE
+        for suffix, gate in (("paper-gate", "paper"), ("bias-inside-gate", "bias_inside")):
+            named = common.model_config(f"{base}-{suffix}", width=64, depth=3, seq=8, vocab=32)
+            assert named.grn_gate == gate
+            assert dataclasses.replace(named, grn_gate=default.grn_gate) == default
 
 
 def test_scan_variants_differ_from_their_base_in_the_layer_loop_only():

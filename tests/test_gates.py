@@ -10,6 +10,7 @@ import pytest
 from dca_theory import gates
 from dca_theory.gates import GATES
 from dca_theory.nets import DeepLinear, MLPResNet
+from dca_theory.nets._common import make_combiners
 from dca_theory.residual import make_combiner
 
 EXACT = [g.name for g in GATES.values() if g.exact_at_init]
@@ -74,7 +75,6 @@ def test_bias_inside_filters_an_entry_with_a_negative_bias(getkey):
 
 def test_names_aliases_and_errors():
     assert gates.canonical("relu") == "paper" and gates.canonical("relu_open") == "open"
-    assert gates.DEFAULT_GATE == "bias_inside"
     assert make_combiner("grn_v3", 2, 3, gate="relu_open").gate == "open"
     with pytest.raises(ValueError, match=r"unknown GRN-v3 gate 'sigmoid'; valid gates: .*"
                                          "bias_inside, small_init$"):
@@ -83,11 +83,34 @@ def test_names_aliases_and_errors():
         make_combiner("grn_v3", 2, 3, gate="small_init")
 
 
-def test_paper_gate_warns_once_in_one_line(capsys, monkeypatch):
+def test_each_domain_defaults_to_its_own_gate():
+    """The toy networks train w by default (``bias_inside``); the language model and the ViT,
+    which share its trunk, default to the gate the LM evidence picked."""
+    from dca_theory.lm.config import ModelConfig
+    from dca_theory.vit.config import preset as vit_preset
+
+    assert gates.DEFAULT_GATE == "bias_inside" and gates.GATES[gates.DEFAULT_GATE].bias_inside
+    assert make_combiners("grn_v3", 2, 3, None, jnp.float32)[0].gate == gates.DEFAULT_GATE
+    assert gates.LM_DEFAULT_GATE in gates.GATES
+    assert ModelConfig().grn_gate == gates.LM_DEFAULT_GATE
+    assert vit_preset("digits_tiny", residual="dca").grn_gate == gates.LM_DEFAULT_GATE
+
+
+def test_the_toy_networks_warn_once_in_one_line_about_the_paper_gate(capsys, monkeypatch):
+    """A toy network with the literal gate warns that w cannot train (its default gate trains
+    w); the language model builds with it silently, where it is the default."""
+    from dca_theory.lm.config import ModelConfig
+    from dca_theory.lm.model import build_model
+
     monkeypatch.setattr(gates, "_warned", set())
+    build_model(ModelConfig(vocab_size=11, max_len=4, d_model=8, n_heads=1, d_mlp=8,
+                            n_layers=2, residual="dca", grn_gate="paper"),
+                key=jax.random.PRNGKey(0))
     make_combiner("grn_v3", 2, 3, gate="paper")
-    make_combiner("grn_v3", 2, 3, gate="relu")
-    make_combiner("grn_v2", 2, 3, gate="paper")
+    assert capsys.readouterr().err == ""
+    make_combiners("grn_v3", 2, 3, None, jnp.float32, gate="paper")
+    make_combiners("grn_v3", 3, 3, None, jnp.float32, gate="relu")
+    make_combiners("grn_v2", 2, 3, None, jnp.float32, gate="paper")
     err = capsys.readouterr().err
     assert err == gates.FROZEN_GATE_WARNING + "\n"
     assert "cannot train" in err and "\n" not in err.rstrip("\n")

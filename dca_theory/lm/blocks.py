@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from dca_theory import random_draws as draws
-from dca_theory.gates import DEFAULT_GATE, KEY_SALT
+from dca_theory.gates import KEY_SALT, LM_DEFAULT_GATE
 from dca_theory.lm.config import ModelConfig
 from dca_theory.lm.fast.fused_grn import combine_and_norm
 from dca_theory.lm.norm import at_least_float32, layer_norm
@@ -283,7 +283,7 @@ class DCABlock(eqx.Module):
                                key=jax.random.fold_in(key, KEY_SALT))
 
     @classmethod
-    def from_pre_ln(cls, block: PreLNBlock, stack_size: int, *, gate: str = DEFAULT_GATE,
+    def from_pre_ln(cls, block: PreLNBlock, stack_size: int, *, gate: str = LM_DEFAULT_GATE,
                     key: PRNGKeyArray | None = None) -> DCABlock:
         """The DCA block computing the same function as ``block`` when its GRNs are at init
         (b = 1, w = 0): LN_q = LN_k = LN_v = LN_1 and LN_h = LN_2 (see the module docstring).

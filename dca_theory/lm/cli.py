@@ -64,9 +64,10 @@ _MODEL_FLAGS = [
     ("--d-mlp", "d_mlp", int, "MLP hidden width"),
     ("--max-len", "max_len", int, "longest sequence the model accepts"),
     ("--dropout", "dropout", float, "dropout rate (also attention dropout)"),
-    ("--grn-gate", "grn_gate", str, "GRN-v3 gate (grn_v3, dca): 'bias_inside' (default; "
-     "ReLU(b + w.h), exact at init, w trains), 'paper' (b + ReLU(w.h) as printed; w stays 0), "
-     "'open' (as paper, ReLU'(0)=1 so w trains) or 'small_init' (w ~ N(0, 0.01^2))"),
+    ("--grn-gate", "grn_gate", str, "GRN-v3 gate (grn_v3, dca): 'paper' (default, chosen on "
+     "language: b + ReLU(w.h) as printed; w stays 0), 'bias_inside' (ReLU(b + w.h), exact at "
+     "init, w trains), 'open' (as paper, ReLU'(0)=1 so w trains) or 'small_init' "
+     "(w ~ N(0, 0.01^2))"),
     ("--layer-loop", "layer_loop", str, "'unroll' (default: the fastest step) or 'scan' "
      "(vanilla, grn_v1|v2|v3, dca: the blocks in one lax.scan, trained stacked; compile time "
      "flat in depth, a slower step)"),

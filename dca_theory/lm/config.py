@@ -53,10 +53,11 @@ class ModelConfig:
     param_dtype: str = "float32"
     compute_dtype: str | None = None
     ln_eps: float = 1e-6  # Flax LayerNorm default
-    # GRN-v3 gate (dca_theory.gates): "bias_inside" relu(b + w.h), exact at init and every
-    # parameter trains; "paper" b + relu(w.h) as printed, whose w = 0 never trains; "open",
-    # "small_init". Aliases: relu = paper, relu_open = open.
-    grn_gate: str = gates.DEFAULT_GATE
+    # GRN-v3 gate (dca_theory.gates): "paper" b + relu(w.h) as printed, whose w = 0 never
+    # trains (the LM's default, chosen by the LM evidence: gates.LM_DEFAULT_GATE); "bias_inside"
+    # relu(b + w.h), exact at init and every parameter trains; "open", "small_init".
+    # Aliases: relu = paper, relu_open = open.
+    grn_gate: str = gates.LM_DEFAULT_GATE
     # Table 9's restricted GRN stacks (grn_v1/v2/v3 only): ``grn_window`` entries per GRN
     # (None: the whole stack); ``grn_input`` keeps the model input x plus the last
     # ``grn_window - 1`` outputs, otherwise the last ``grn_window`` entries. See grn_slots.

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from dca_theory import schemes
+from dca_theory import gates, schemes
 from dca_theory.gates import DEFAULT_GATE
 from dca_theory.residual import (
     AbstractCombiner,
@@ -85,6 +85,8 @@ def make_combiners(
     names GRN-v3's gate (:mod:`dca_theory.gates`; ``small_init`` needs ``key``)."""
     check_kind(kind)
     check_k(k)
+    if schemes.get(kind).gated:
+        gates.warn_if_frozen(gate)
     keys = list(jax.random.split(key, depth + 1)) if key is not None else [None] * (depth + 1)
     return tuple(
         make_combiner(kind, stack_size(t, k), dim, dtype=dtype, init=init, key=keys[t],

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from dca_theory import gates, schemes
-from dca_theory.gates import DEFAULT_GATE
+from dca_theory.gates import LM_DEFAULT_GATE
 from dca_theory.lm.config import ModelConfig
 
 POSITIONS: tuple[str, ...] = ("learned", "sincos2d")
@@ -47,7 +47,7 @@ class ViTConfig:
     positions: str = "sincos2d"
     pool: str = "gap"
     param_dtype: str = "float32"
-    grn_gate: str = DEFAULT_GATE  # GRN-v3's gate for grn_v3 / dca (dca_theory.gates)
+    grn_gate: str = LM_DEFAULT_GATE  # GRN-v3's gate for grn_v3 / dca: the LM trunk's default
     layer_loop: str = "unroll"  # the LM's: "unroll" (per-block trunks) or "scan" (one driver)
 
     def __post_init__(self):

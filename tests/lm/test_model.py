@@ -35,8 +35,8 @@ def randomize_grns(model, key):
     is_comb = lambda x: hasattr(x, "kind") and hasattr(x, "size")  # noqa: E731
     leaves = [x for x in jax.tree_util.tree_leaves(model, is_leaf=is_comb) if is_comb(x)]
     keys = jax.random.split(key, len(leaves))
-    new = [make_combiner(c.kind, c.size, c.dim, dtype=c.b.dtype, init="random", key=k)
-           for c, k in zip(leaves, keys)]
+    new = [make_combiner(c.kind, c.size, c.dim, dtype=c.b.dtype, init="random", key=k,
+                         gate=c.gate) for c, k in zip(leaves, keys)]
     it = iter(new)
     return jax.tree_util.tree_map(lambda x: next(it) if is_comb(x) else x, model, is_leaf=is_comb)
 

@@ -59,7 +59,7 @@ def test_retrofit_into_the_scanned_trunk_preserves_logits(residual, source_loop,
 
 def test_retrofit_uses_target_settings_and_can_train(getkey):
     src = trained_vanilla(TINY, getkey())
-    dst = retrofit(src, TINY.replace(residual="dca", k=1, dropout=0.2))
+    dst = retrofit(src, TINY.replace(residual="dca", k=1, dropout=0.2, grn_gate="bias_inside"))
     assert dst.trunk.blocks[0].rate == 0.2 and dst.trunk.blocks[0].mlp.rate == 0.2
     toks = jax.random.randint(getkey(), (L,), 0, TINY.vocab_size)
 
@@ -71,8 +71,8 @@ def test_retrofit_uses_target_settings_and_can_train(getkey):
     # The GRN biases receive gradient, so training continues from the retrofitted model.
     assert float(jnp.max(jnp.abs(grads.trunk.blocks[1].grn_q.b))) > 0
     assert float(jnp.max(jnp.abs(grads.trunk.final.b))) > 0
-    # So do the gate weights with the default gate relu(b + w.h): relu'(1) = 1 at b = 1, w = 0
-    # (with the literal gate b + relu(w.h) they would get exactly zero: tests/lm/test_gate.py).
+    # So do the gate weights with the gate relu(b + w.h): relu'(1) = 1 at b = 1, w = 0 (with
+    # the literal gate b + relu(w.h), the LM's default, exactly zero: tests/lm/test_gate.py).
     assert float(jnp.max(jnp.abs(grads.trunk.final.w))) > 0
     assert float(jnp.max(jnp.abs(grads.trunk.blocks[1].grn_q.w))) > 0
 

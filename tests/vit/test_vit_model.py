@@ -123,7 +123,7 @@ def test_dca_with_trained_grns_differs_from_vanilla(getkey):
     model = retrofit(vanilla, "dca")
     blk = model.trunk.blocks[1]
     grn = make_combiner("grn_v3", blk.grn_q.size, TINY64.d_model, dtype=jnp.float64,
-                        init="random", key=getkey())
+                        init="random", key=getkey(), gate=blk.grn_q.gate)
     model = eqx.tree_at(lambda m: m.trunk.blocks[1].grn_q, model, grn)
     x = image(TINY64, seed=3)
     assert float(jnp.max(jnp.abs(forward(model, x) - forward(vanilla, x)))) > 1e-3
