@@ -24,6 +24,7 @@ from tiny_commands import (
     ELSEWHERE,
     EVIDENCE,
     EVIDENCE_FIGURES,
+    FIGURES_ELSEWHERE,
     TESTS,
     TINY,
     check_tiny_run,
@@ -91,13 +92,16 @@ def test_experiment_runs_end_to_end_at_tiny_size(name, results, capsys):
 def test_figures_of_the_tiny_results(results, capsys, monkeypatch):
     """``dca-theory figures --experiments`` on the tiny runs above (run here if absent): every
     experiment figure but the lm_evidence grid's (drawn in
-    tests/test_user_commands_evidence.py) draws from results at this size."""
+    tests/test_user_commands_evidence.py) and those of ``FIGURES_ELSEWHERE`` draws from
+    results at this size."""
     import figures
 
     names = [m.__name__.rsplit(".", 1)[-1] for m in figures.figure_modules("experiment")]
-    assert set(EVIDENCE_FIGURES) <= set(names)
-    draw_figures(results, HERE, [n for n in names if n not in EVIDENCE_FIGURES], capsys,
-                 monkeypatch)
+    assert set(EVIDENCE_FIGURES) <= set(names) and set(FIGURES_ELSEWHERE) <= set(names)
+    for name, node in FIGURES_ELSEWHERE.items():
+        _named_test(node, name)
+    elsewhere = set(EVIDENCE_FIGURES) | set(FIGURES_ELSEWHERE)
+    draw_figures(results, HERE, [n for n in names if n not in elsewhere], capsys, monkeypatch)
 
 
 def test_console_script_runs_an_experiment_in_a_fresh_process(tmp_path):

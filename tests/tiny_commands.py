@@ -71,6 +71,11 @@ TINY = {**TOY, **{name: LM + sets for name, sets in LM_TINY.items()},
 # other experiments and figures are tests/test_user_commands.py's
 EVIDENCE = ("lm_evidence", "lm_evidence_lr", "lm_evidence_rank")
 EVIDENCE_FIGURES = ("fig_lm_evidence", "fig_lm_evidence_rank")
+# figures drawn from a result that only a test elsewhere makes (checked to exist, not slow)
+FIGURES_ELSEWHERE = {
+    "fig_lm_evidence_2": "tests/lm/test_exp_evidence_2.py::"
+                         "test_every_part_runs_in_order_and_the_rules_apply",
+}
 # commands whose end-to-end default test lives elsewhere (checked to exist and not be slow)
 ELSEWHERE: dict[str, str] = {
     # every part A-G through main() with a stand-in trainer (real tiny training is slow-marked)

@@ -170,6 +170,34 @@ def test_every_part_runs_in_order_and_the_rules_apply(tmp_path):
         "hit", "miss against", "unexplained gain", "consistent"}
     assert "ptb-char/dca_paper/w32" in s["H5"]["cells"]
     assert s["code_versions"]["ptb-char/w8"] == {"versions": ["abc1234"], "mixed": False}
+    _check_figure(s, tmp_path)
+
+
+def _check_figure(s: dict, tmp_path: Path) -> None:
+    """``figures/fig_lm_evidence_2`` drawn from that summary: its data file holds every swept
+    rate with the chosen one marked as the summary's rate, and the H2, H4 and part D means."""
+    import csv
+
+    from figures import fig_lm_evidence_2
+
+    paths = fig_lm_evidence_2.make(tmp_path / "fig", tmp_path / "results")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".csv", ".json"}
+    assert all(p.stat().st_size > 0 for p in paths)
+    with open(tmp_path / "fig" / "fig_lm_evidence_2.csv") as f:
+        rows = list(csv.DictReader(f))
+    swept = [r for r in rows if r["panel"] == "sweep"]
+    primary = {k: c for k, c in s["sweeps"].items() if k.startswith("ptb-char/")}
+    assert len(swept) == sum(len(c["valid_ln_ppl"]) for c in primary.values())
+    for r in swept:
+        if r["chosen"] == "True":
+            assert float(r["lr"]) == s["rates"][f"ptb-char/{r['arm']}/w{r['width']}"]["lr"]
+    h2 = {(r["arm"], r["width"]): float(r["value"]) for r in rows if r["panel"] == "H1/H2"}
+    assert h2[("dca_paper", "16")] == pytest.approx(s["H2"]["dca_paper"]["16"]["mean"], abs=1e-9)
+    h4 = {(r["arm"], r["width"]): float(r["value"]) for r in rows if r["panel"] == "H4"}
+    assert h4[("paper-open", "mean")] == pytest.approx(s["H4"]["pairs"]["paper-open"]["mean"])
+    shared = [float(r["value"]) for r in rows if r["panel"] == "shared rate"]
+    assert shared == pytest.approx([g["mean"] for _, g in sorted(
+        s["shared_rate"]["confound"].items(), key=lambda kv: int(kv[0]))]) and shared
 
 
 def test_sittings_run_parts_in_turn_and_nothing_trains_before_the_ranking_check(tmp_path):

@@ -1,0 +1,180 @@
+"""The second evidence design's rates and verdicts (``experiments/lm_evidence_2``).
+
+Top row, one panel per primary-corpus width: the registered rate sweeps. Validation
+ln-perplexity x 100 at the sweep budget against the learning rate, one line per arm, as a gap
+to the lowest point of the panel; the rate each arm's full-budget runs use is ringed, a best
+rate at the edge of its grid drawn as a square.
+Bottom row:
+(a) H1 and H2: D = 100 (ln ppl_arm - ln ppl_base) on the test split against width; each DCA
+    gate against the parameter-matched vanilla (H2) and ``dca_paper`` against vanilla (H1,
+    its seed-clustered slope in the title); per seed (dots), mean and 95 % t-interval.
+(b) H4: the gate pairs' D per width and their mean over the widths (the registered statistic),
+    the default gate the rule picks in the title.
+(c) Part D: D(``dca_paper`` at vanilla's rate - at its own rate) per width, the size of the
+    rate confound (0 where the two rates coincide).
+Reads ``results_dir/lm_evidence_2/summary.json`` only; returns [] when it is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dca_theory.lab import lm_evidence_analysis as A
+
+from .style import figure, gate_color, save, saved_summary, scheme_color
+
+KIND = "experiment"
+NAME = "fig_lm_evidence_2"
+GATES = ("paper", "open", "bias_inside")
+#: arm -> colour; the DCA arms in their gate's colour
+ARM_COLORS = {"vanilla": scheme_color("vanilla"), "vanilla_matched": "#d62728",
+              **{f"dca_{g}": gate_color(g) for g in GATES}}
+PAIR_COLORS = {"paper-open": "#1f77b4", "paper-bias_inside": "#2ca02c",
+               "open-bias_inside": "#9467bd"}
+
+
+def _color(arm: str) -> str:
+    return ARM_COLORS.get(arm) or scheme_color(arm)  # related-work arms: their scheme's
+
+
+def _interval(ax, x, g, colour, label=None) -> None:
+    """Per-seed dots, then the mean with its 95 % t-interval (a bare mean without one)."""
+    ax.scatter([x] * len(g["per_seed"]), g["per_seed"], s=5, color=colour, alpha=0.35)
+    lo, hi = g.get("ci95") or [g["mean"], g["mean"]]
+    ax.errorbar([x], [g["mean"]], yerr=[[g["mean"] - lo], [hi - g["mean"]]], color=colour,
+                marker="o", ms=3, capsize=2, label=label)
+
+
+def _sweep_cells(summary: dict) -> dict[int, dict[str, dict]]:
+    """width -> arm -> sweep cell, on the primary corpus."""
+    out: dict[int, dict[str, dict]] = {}
+    for name, cell in summary["sweeps"].items():
+        data, arm, w = name.split("/")
+        if data == summary["primary_data"]:
+            out.setdefault(int(w[1:]), {})[arm] = cell
+    return dict(sorted(out.items()))
+
+
+def _sweep_panel(ax, width: int, cells: dict[str, dict], rates: dict, data: str) -> list[dict]:
+    low = min(v for c in cells.values() for v in c["valid_ln_ppl"].values())
+    rows = []
+    for arm, cell in cells.items():
+        lr = sorted(cell["valid_ln_ppl"], key=float)
+        y = [100 * (cell["valid_ln_ppl"][r] - low) for r in lr]
+        ax.plot([float(r) for r in lr], y, marker=".", ms=3, lw=1, color=_color(arm), label=arm)
+        used = rates.get(f"{data}/{arm}/w{width}", {}).get("lr", cell["lr"])
+        at = 100 * (cell["valid_ln_ppl"][next(r for r in lr if float(r) == used)] - low)
+        ax.scatter([used], [at], s=28, facecolors="none", edgecolors=_color(arm),
+                   marker="s" if cell["at_grid_edge"] else "o", lw=1)
+        rows += [{"panel": "sweep", "width": width, "arm": arm, "lr": float(r),
+                  "value": cell["valid_ln_ppl"][r], "chosen": float(r) == used} for r in lr]
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog", linthresh=2)
+    ax.set_xlabel("learning rate")
+    ax.set_title(f"sweep, width {width}", fontsize=7)
+    return rows
+
+
+def _pseudo_records(summary: dict) -> dict[tuple[str, int], dict]:
+    """The main runs' per-seed test perplexities in the form the gap functions read."""
+    out = {}
+    for name, row in summary["rows"].get(summary["primary_data"], {}).items():
+        arm, w = name.rsplit("-w", 1)
+        out[(arm, int(w))] = {"seeds": row["seeds"], "test_ppl": row["test_ppl_per_seed"]}
+    return out
+
+
+def _h1_h2(ax, summary: dict) -> list[dict]:
+    shown = {f"dca_{g}": summary["H2"].get(f"dca_{g}", {}) for g in GATES}
+    shown["dca_paper vs vanilla"] = A.per_width_gaps(_pseudo_records(summary), "dca_paper",
+                                                     "vanilla")
+    rows, widths = [], sorted({int(w) for gaps in shown.values() for w in gaps})
+    for j, (name, gaps) in enumerate(shown.items()):
+        colour = "k" if name.endswith("vanilla") else _color(name)
+        label = name if name.endswith("vanilla") else f"{name} vs matched"
+        xs = []
+        for k, w in enumerate(sorted(gaps, key=int)):
+            xs.append(np.log2(int(w)) + 0.07 * (j - 1.5))
+            _interval(ax, xs[-1], gaps[w], colour, label if k == 0 else None)
+            rows.append({"panel": "H1/H2", "width": int(w), "arm": name,
+                         "lr": None, "value": gaps[w]["mean"], "chosen": None})
+        ax.plot(xs, [gaps[w]["mean"] for w in sorted(gaps, key=int)], color=colour, lw=0.8)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xticks(np.log2(widths), [str(w) for w in widths])
+    ax.set_xlabel("width")
+    ax.set_ylabel("D (test)")
+    h1 = summary["H1"]
+    if h1.get("slope") is not None:
+        ax.set_title(f"H1: {h1['verdict']}\nslope {h1['slope']:+.2f} [{h1['ci'][0]:+.2f}, "
+                     f"{h1['ci'][1]:+.2f}] per doubling", fontsize=7)
+    if rows:
+        ax.legend(fontsize=5.5)
+    return rows
+
+
+def _h4(ax, h4: dict) -> list[dict]:
+    by = h4.get("by_width") or {}
+    columns = [*sorted(by, key=int), "mean"]
+    rows = []
+    for j, (pair, colour) in enumerate(PAIR_COLORS.items()):
+        for i, col in enumerate(columns):
+            g = (h4.get("pairs") or {}).get(pair) if col == "mean" else by[col].get(pair)
+            if g:
+                _interval(ax, i + 0.15 * (j - 1), g, colour, pair if i == 0 else None)
+                rows.append({"panel": "H4", "width": col, "arm": pair, "lr": None,
+                             "value": g["mean"], "chosen": None})
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_xlabel("width")
+    ax.set_ylabel("D(g1 - g2), test")
+    if h4.get("default_gate"):
+        ax.set_title(f"H4: {h4.get('winner') or 'no gate'} wins\ndefault gate "
+                     f"{h4['default_gate']}", fontsize=7)
+    if rows:
+        ax.legend(fontsize=5.5)
+    return rows
+
+
+def _shared(ax, shared: dict) -> list[dict]:
+    confound = shared.get("confound") or {}
+    rows = []
+    for w, g in sorted(confound.items(), key=lambda kv: int(kv[0])):
+        _interval(ax, np.log2(int(w)), g, ARM_COLORS["dca_paper"])
+        rows.append({"panel": "shared rate", "width": int(w), "arm": "dca_paper",
+                     "lr": None, "value": g["mean"], "chosen": None})
+    ax.axhline(0, color="k", lw=0.6)
+    if confound:
+        widths = sorted(int(w) for w in confound)
+        ax.set_xticks(np.log2(widths), [str(w) for w in widths])
+    else:
+        ax.text(0.5, 0.5, "part D not run yet", transform=ax.transAxes, ha="center")
+    ax.set_xlabel("width")
+    ax.set_ylabel("D(vanilla's rate - own rate)")
+    ax.set_title("part D: the shared-rate confound\n(dca_paper)", fontsize=7)
+    return rows
+
+
+def make(out_dir: Path, results_dir: Path) -> list[Path]:
+    summary = saved_summary(results_dir, "lm_evidence_2")
+    if summary is None or not summary.get("sweeps"):
+        return []
+    sweeps = _sweep_cells(summary)
+    ncols = max(3, len(sweeps))
+    fig, axes = figure(ncols, nrows=2, height=4.4)
+    rows = []
+    for ax, (w, cells) in zip(axes[0], sweeps.items()):
+        rows += _sweep_panel(ax, w, cells, summary["rates"], summary["primary_data"])
+    axes[0][0].set_ylabel("100 (ln ppl - panel's lowest), valid")
+    axes[0][0].legend(fontsize=5.5)
+    for ax in axes[0][len(sweeps):]:
+        ax.set_visible(False)
+    rows += _h1_h2(axes[1][0], summary)
+    rows += _h4(axes[1][1], summary["H4"])
+    rows += _shared(axes[1][2], summary["shared_rate"])
+    for ax in axes[1][3:]:
+        ax.set_visible(False)
+    return save(fig, out_dir, NAME, rows=rows,
+                data={"H1": summary["H1"], "H4_default_gate": summary["H4"].get("default_gate"),
+                      "shared_rate": summary["shared_rate"].get("confound")})
