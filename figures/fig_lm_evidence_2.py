@@ -47,6 +47,18 @@ def _interval(ax, x, g, colour, label=None) -> None:
                 marker="o", ms=3, capsize=2, label=label)
 
 
+def _gap_axes(ax, ticks, labels, ylabel: str, title: str | None, legend: bool) -> None:
+    """The bottom row's common frame: a zero line, one tick per width, labels, legend."""
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xticks(ticks, labels)
+    ax.set_xlabel("width")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=7)
+    if legend:
+        ax.legend(fontsize=5.5)
+
+
 def _sweep_cells(summary: dict) -> dict[int, dict[str, dict]]:
     """width -> arm -> sweep cell, on the primary corpus."""
     out: dict[int, dict[str, dict]] = {}
@@ -101,16 +113,10 @@ def _h1_h2(ax, summary: dict) -> list[dict]:
             rows.append({"panel": "H1/H2", "width": int(w), "arm": name,
                          "lr": None, "value": gaps[w]["mean"], "chosen": None})
         ax.plot(xs, [gaps[w]["mean"] for w in sorted(gaps, key=int)], color=colour, lw=0.8)
-    ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(np.log2(widths), [str(w) for w in widths])
-    ax.set_xlabel("width")
-    ax.set_ylabel("D (test)")
     h1 = summary["H1"]
-    if h1.get("slope") is not None:
-        ax.set_title(f"H1: {h1['verdict']}\nslope {h1['slope']:+.2f} [{h1['ci'][0]:+.2f}, "
-                     f"{h1['ci'][1]:+.2f}] per doubling", fontsize=7)
-    if rows:
-        ax.legend(fontsize=5.5)
+    title = (f"H1: {h1['verdict']}\nslope {h1['slope']:+.2f} [{h1['ci'][0]:+.2f}, "
+             f"{h1['ci'][1]:+.2f}] per doubling" if h1.get("slope") is not None else None)
+    _gap_axes(ax, np.log2(widths), [str(w) for w in widths], "D (test)", title, bool(rows))
     return rows
 
 
@@ -125,15 +131,9 @@ def _h4(ax, h4: dict) -> list[dict]:
                 _interval(ax, i + 0.15 * (j - 1), g, colour, pair if i == 0 else None)
                 rows.append({"panel": "H4", "width": col, "arm": pair, "lr": None,
                              "value": g["mean"], "chosen": None})
-    ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(range(len(columns)), columns)
-    ax.set_xlabel("width")
-    ax.set_ylabel("D(g1 - g2), test")
-    if h4.get("default_gate"):
-        ax.set_title(f"H4: {h4.get('winner') or 'no gate'} wins\ndefault gate "
-                     f"{h4['default_gate']}", fontsize=7)
-    if rows:
-        ax.legend(fontsize=5.5)
+    title = (f"H4: {h4.get('winner') or 'no gate'} wins\ndefault gate {h4['default_gate']}"
+             if h4.get("default_gate") else None)
+    _gap_axes(ax, range(len(columns)), columns, "D(g1 - g2), test", title, bool(rows))
     return rows
 
 
@@ -144,15 +144,11 @@ def _shared(ax, shared: dict) -> list[dict]:
         _interval(ax, np.log2(int(w)), g, ARM_COLORS["dca_paper"])
         rows.append({"panel": "shared rate", "width": int(w), "arm": "dca_paper",
                      "lr": None, "value": g["mean"], "chosen": None})
-    ax.axhline(0, color="k", lw=0.6)
-    if confound:
-        widths = sorted(int(w) for w in confound)
-        ax.set_xticks(np.log2(widths), [str(w) for w in widths])
-    else:
+    widths = sorted(int(w) for w in confound)
+    if not confound:
         ax.text(0.5, 0.5, "part D not run yet", transform=ax.transAxes, ha="center")
-    ax.set_xlabel("width")
-    ax.set_ylabel("D(vanilla's rate - own rate)")
-    ax.set_title("part D: the shared-rate confound\n(dca_paper)", fontsize=7)
+    _gap_axes(ax, np.log2(widths), [str(w) for w in widths], "D(vanilla's rate - own rate)",
+              "part D: the shared-rate confound\n(dca_paper)", False)
     return rows
 
 
