@@ -12,6 +12,9 @@ Bottom row:
     the default gate the rule picks in the title.
 (c) Part D: D(``dca_paper`` at vanilla's rate - at its own rate) per width, the size of the
     rate confound (0 where the two rates coincide).
+(d) H5: per width, the vanilla models' measured update rank r_*/d (per seed and mean) against
+    Theorem 4.3's threshold/d for ``dca_paper`` (GRN-v2) at each registered kappa; below a
+    threshold a gain is guaranteed. Each width's score at the headline kappa is printed.
 Reads ``results_dir/lm_evidence_2/summary.json`` only; returns [] when it is absent.
 """
 
@@ -19,11 +22,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from dca_theory.lab import lm_evidence_analysis as A
 
-from .style import figure, gate_color, save, saved_summary, scheme_color
+from .style import FULL, RC, gate_color, save, saved_summary, scheme_color
 
 KIND = "experiment"
 NAME = "fig_lm_evidence_2"
@@ -47,9 +51,11 @@ def _interval(ax, x, g, colour, label=None) -> None:
                 marker="o", ms=3, capsize=2, label=label)
 
 
-def _gap_axes(ax, ticks, labels, ylabel: str, title: str | None, legend: bool) -> None:
+def _gap_axes(ax, ticks, labels, ylabel: str, title: str | None, legend: bool,
+              zero: bool = True) -> None:
     """The bottom row's common frame: a zero line, one tick per width, labels, legend."""
-    ax.axhline(0, color="k", lw=0.6)
+    if zero:
+        ax.axhline(0, color="k", lw=0.6)
     ax.set_xticks(ticks, labels)
     ax.set_xlabel("width")
     ax.set_ylabel(ylabel)
@@ -105,7 +111,8 @@ def _h1_h2(ax, summary: dict) -> list[dict]:
     rows, widths = [], sorted({int(w) for gaps in shown.values() for w in gaps})
     for j, (name, gaps) in enumerate(shown.items()):
         colour = "k" if name.endswith("vanilla") else _color(name)
-        label = name if name.endswith("vanilla") else f"{name} vs matched"
+        label = ("paper vs vanilla" if name.endswith("vanilla")
+                 else f"{name.removeprefix('dca_')} vs matched")
         xs = []
         for k, w in enumerate(sorted(gaps, key=int)):
             xs.append(np.log2(int(w)) + 0.07 * (j - 1.5))
@@ -116,7 +123,9 @@ def _h1_h2(ax, summary: dict) -> list[dict]:
     h1 = summary["H1"]
     title = (f"H1: {h1['verdict']}\nslope {h1['slope']:+.2f} [{h1['ci'][0]:+.2f}, "
              f"{h1['ci'][1]:+.2f}] per doubling" if h1.get("slope") is not None else None)
-    _gap_axes(ax, np.log2(widths), [str(w) for w in widths], "D (test)", title, bool(rows))
+    _gap_axes(ax, np.log2(widths), [str(w) for w in widths], "D (test)", title, False)
+    if rows:
+        ax.legend(fontsize=5.5, loc="upper left")
     return rows
 
 
@@ -148,7 +157,36 @@ def _shared(ax, shared: dict) -> list[dict]:
     if not confound:
         ax.text(0.5, 0.5, "part D not run yet", transform=ax.transAxes, ha="center")
     _gap_axes(ax, np.log2(widths), [str(w) for w in widths], "D(vanilla's rate - own rate)",
-              "part D: the shared-rate confound\n(dca_paper)", False)
+              "part D: rate confound\n(dca_paper)", False)
+    return rows
+
+
+def _h5(ax, h5: dict) -> list[dict]:
+    cells = sorted((c for c in (h5.get("cells") or {}).values() if c["arm"] == "dca_paper"),
+                   key=lambda c: (c["corpus"], c["width"]))
+    rows = []
+    for c in cells:
+        x = np.log2(c["width"])
+        ax.scatter([x] * len(c["r_frac_per_seed"]), c["r_frac_per_seed"], s=5, color="k",
+                   alpha=0.35)
+        ax.plot([x], [c["r_frac_mean"]], "ko", ms=3)
+        ax.annotate(c["score"].replace(" ", "\n", 1), (x, c["r_frac_mean"]), fontsize=5,
+                    xytext=(3, 3), textcoords="offset points")
+        rows.append({"panel": "H5", "width": c["width"], "arm": f"{c['corpus']}/dca_paper",
+                     "lr": None, "value": c["r_frac_mean"], "chosen": None})
+    xs = [np.log2(c["width"]) for c in cells]
+    for k, colour in zip(sorted({k for c in cells for k in c["prediction"]}, key=float),
+                         ("#9ecae1", "#3182bd", "#08519c")):
+        ax.plot(xs, [c["prediction"][k]["threshold_frac"] for c in cells], color=colour,
+                lw=1, label=f"threshold, κ = {k}")
+    widths = [c["width"] for c in cells]
+    if not cells:
+        ax.text(0.5, 0.5, "ranks not measured yet", transform=ax.transAxes, ha="center")
+    _gap_axes(ax, xs, [str(w) for w in widths], "r_* / d (vanilla)",
+              f"H5: Thm 4.3 threshold (GRN-v2)\nscored at κ = {h5.get('headline_kappa')}",
+              False, zero=False)
+    if cells:
+        ax.legend(fontsize=5.5, loc="center right")
     return rows
 
 
@@ -157,20 +195,20 @@ def make(out_dir: Path, results_dir: Path) -> list[Path]:
     if summary is None or not summary.get("sweeps"):
         return []
     sweeps = _sweep_cells(summary)
-    ncols = max(3, len(sweeps))
-    fig, axes = figure(ncols, nrows=2, height=4.4)
+    plt.rcParams.update(RC)
+    fig = plt.figure(figsize=(FULL, 5.0), layout="constrained")
+    top, bottom = fig.subfigures(2, 1)
     rows = []
-    for ax, (w, cells) in zip(axes[0], sweeps.items()):
+    for ax, (w, cells) in zip(np.atleast_1d(top.subplots(1, len(sweeps))), sweeps.items()):
         rows += _sweep_panel(ax, w, cells, summary["rates"], summary["primary_data"])
-    axes[0][0].set_ylabel("100 (ln ppl - panel's lowest), valid")
-    axes[0][0].legend(fontsize=5.5)
-    for ax in axes[0][len(sweeps):]:
-        ax.set_visible(False)
-    rows += _h1_h2(axes[1][0], summary)
-    rows += _h4(axes[1][1], summary["H4"])
-    rows += _shared(axes[1][2], summary["shared_rate"])
-    for ax in axes[1][3:]:
-        ax.set_visible(False)
+    fig.axes[0].set_ylabel("100 (ln ppl - panel's lowest), valid")
+    fig.axes[0].legend(fontsize=5.5)
+    gaps, gates, shared, ranks = bottom.subplots(1, 4, width_ratios=[1.3, 1.1, 0.8, 1.1])
+    rows += _h1_h2(gaps, summary)
+    rows += _h4(gates, summary["H4"])
+    rows += _shared(shared, summary["shared_rate"])
+    rows += _h5(ranks, summary["H5"])
     return save(fig, out_dir, NAME, rows=rows,
                 data={"H1": summary["H1"], "H4_default_gate": summary["H4"].get("default_gate"),
-                      "shared_rate": summary["shared_rate"].get("confound")})
+                      "shared_rate": summary["shared_rate"].get("confound"),
+                      "H5_scores": {k: c["score"] for k, c in summary["H5"]["cells"].items()}})

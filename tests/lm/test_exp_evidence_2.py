@@ -175,7 +175,7 @@ def test_every_part_runs_in_order_and_the_rules_apply(tmp_path):
 
 def _check_figure(s: dict, tmp_path: Path) -> None:
     """``figures/fig_lm_evidence_2`` drawn from that summary: its data file holds every swept
-    rate with the chosen one marked as the summary's rate, and the H2, H4 and part D means."""
+    rate with the chosen one marked as the summary's rate, and the H2, H4, part D and H5 values."""
     import csv
 
     from figures import fig_lm_evidence_2
@@ -195,6 +195,9 @@ def _check_figure(s: dict, tmp_path: Path) -> None:
     assert h2[("dca_paper", "16")] == pytest.approx(s["H2"]["dca_paper"]["16"]["mean"], abs=1e-9)
     h4 = {(r["arm"], r["width"]): float(r["value"]) for r in rows if r["panel"] == "H4"}
     assert h4[("paper-open", "mean")] == pytest.approx(s["H4"]["pairs"]["paper-open"]["mean"])
+    ranks = {r["arm"] + "/w" + r["width"]: float(r["value"]) for r in rows if r["panel"] == "H5"}
+    assert ranks and ranks == pytest.approx({k: c["r_frac_mean"] for k, c in
+                                             s["H5"]["cells"].items() if c["arm"] == "dca_paper"})
     shared = [float(r["value"]) for r in rows if r["panel"] == "shared rate"]
     assert shared == pytest.approx([g["mean"] for _, g in sorted(
         s["shared_rate"]["confound"].items(), key=lambda kv: int(kv[0]))]) and shared
