@@ -229,7 +229,7 @@ def main(quick: bool = False, out=None, overwrite: bool = False,
                "paper_decay_only_b": decay_only_factor(LMTrainConfig())}
     for kind in specs:
         s = specs[kind]
-        models = load_models(s, cache)  # first: without parameters it retrains the run
+        models = load_models(s, cache)  # without parameters: retrained, checked against the record
         record = ensure_run(s, cache)  # the record of the models analysed
         result = analyse(models, validation_tokens(s))
         result |= {"key": s.key, "grn_gate": s.model.grn_gate, "residual": s.model.residual,

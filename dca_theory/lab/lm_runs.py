@@ -303,7 +303,9 @@ def load_curves(s: RunSpec, cache: Path) -> dict[str, np.ndarray]:
 
 
 def load_models(s: RunSpec, cache: Path) -> list:
-    """The trained models of a cached run, one per seed (retrains if ``params.npz`` is gone)."""
+    """The trained models of a cached run, one per seed. A fresh clone has records but no
+    parameters: they are retrained and used only if they reproduce the record
+    (:func:`restore_params`), which is never rewritten."""
     import equinox as eqx
     import jax
 
@@ -312,9 +314,7 @@ def load_models(s: RunSpec, cache: Path) -> list:
     folder = Path(cache) / s.key
     record = ensure_run(s, cache)
     cfg = ModelConfig(**record["resolved_model"])
-    if not (folder / "params.npz").is_file():  # a fresh clone has records but no parameters
-        (folder / "record.json").unlink()
-        ensure_run(s, cache)
+    restore_params(s, cache)
     template, static = stack_models(init_models(cfg, s.seeds))
     with np.load(folder / "params.npz") as f:
         leaves = [f[f"p{i}"] for i in range(len(f.files))]

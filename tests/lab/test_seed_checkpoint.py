@@ -130,8 +130,9 @@ def test_the_run_cache_names_a_checkpoint_of_the_older_format(corpus, tmp_path, 
 def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tmp_path,
                                                                       monkeypatch):
     """A committed run has no parameters; restoring retrains them from the seeds, bit for bit
-    on one backend, and leaves the record and curves as they were. A retraining that does not
-    match the record moves nothing and names the run."""
+    on one backend, and leaves the record and curves as they were (so does ``load_models``,
+    which restores them). A retraining that does not match the record moves nothing and names
+    the run."""
     spec = lm_runs.RunSpec(label="restore", model=CFG, train=TC, seeds=(0, 1), final_batches=2)
     monkeypatch.setattr(lm_runs, "cached_corpus", lambda *a: corpus)
     folder = tmp_path / spec.key
@@ -147,6 +148,11 @@ def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tm
             np.testing.assert_array_equal(f[k], trained[k])
     assert {n: (folder / n).read_bytes() for n in kept} == kept
     assert not (folder / lm_runs.RESTORE).exists()
+    # the analyses' loader restores the same way (it used to delete the record and retrain)
+    (folder / "params.npz").unlink()
+    models = lm_runs.load_models(spec, tmp_path)
+    assert len(models) == 2 and (folder / "params.npz").is_file()
+    assert {n: (folder / n).read_bytes() for n in kept} == kept
 
     record = json.loads(kept["record.json"])
     record["test_ppl"] = [p * 1.01 for p in record["test_ppl"]]  # not what these seeds give
@@ -156,6 +162,10 @@ def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tm
                                          r"from the record's .* parameters not restored") as err:
         lm_runs.restore_params(spec, tmp_path)
     assert "\n" not in str(err.value) and not (folder / "params.npz").exists()
+    tampered = (folder / "record.json").read_bytes()
+    with pytest.raises(ValueError, match=r"parameters not restored"):
+        lm_runs.load_models(spec, tmp_path)
+    assert (folder / "record.json").read_bytes() == tampered
 
 
 def test_restore_params_refuses_a_run_not_in_the_cache(tmp_path):
