@@ -35,10 +35,11 @@ def measure_update_rank(s: RunSpec, cache, positions: int, *, retrain: bool = Fa
     """Per seed the layer-mean effective-rank fraction of the residual update of the trained
     models of ``s``: read from the run's :data:`RANK_FILE` if it was measured at ``positions``,
     else measured on the cached parameters and saved there. Without parameters: None, or with
-    ``retrain`` the parameters are first restored by retraining (checked against the record,
-    :func:`dca_theory.lab.lm_runs.restore_params`)."""
+    ``retrain`` the parameters are first restored by retraining (a replicate checked against
+    the record, :func:`dca_theory.lab.lm_runs.restore_params`; its gaps to the record are
+    saved with the ranks)."""
     from dca_theory.lab.branch_rank import branch_rank_profile
-    from dca_theory.lab.lm_runs import cached_corpus, load_models, restore_params
+    from dca_theory.lab.lm_runs import RESTORED, cached_corpus, load_models, restore_params
 
     saved = Path(cache) / s.key / RANK_FILE
     if saved.is_file() and (old := read_json(saved)).get("positions") == positions:
@@ -54,6 +55,8 @@ def measure_update_rank(s: RunSpec, cache, positions: int, *, retrain: bool = Fa
         fracs.append(float(np.mean([layer["update_eff_rank_frac"] for layer in layers])))
     out = {"update_frac": fracs, "layers": s.model.n_layers, "key": s.key,
            "positions": positions}
+    if (restored := Path(cache) / s.key / RESTORED).is_file():  # measured on a replicate
+        out["models"] = read_json(restored)
     write_json(saved, out)
     return out
 

@@ -265,17 +265,41 @@ def _save_params(folder: Path, runs) -> None:
 
 
 RESTORE = "restore"  # a retraining's own cache inside the run's folder (git-ignored)
+#: beside a restored ``params.npz``: how the retrained replicate's perplexities compare
+RESTORED = "restored.json"
+#: a retrained replicate stands in for a run if, in points of 100 ln ppl on the test and the
+#: validation split, its seed-mean gap to the record is within MEAN_TOL and every seed's within
+#: SEED_TOL. Retraining is bitwise reproducible on one host and code version, but not across
+#: the hosts the records were trained on: the lm_evidence_2 vanilla run at width 16 (12 seeds)
+#: retrained with the same code matched its record to step 2, differed by one float32 ulp from
+#: steps 3-10 and ended at a per-seed gap of SD 0.81 points (largest 1.84) with a mean of
+#: +0.04, against a seed-to-seed SD of 1.31. A different experiment (another rate, say) moves
+#: the mean by points; rounding noise moves single seeds, not the mean.
+MEAN_TOL, SEED_TOL = 0.5, 3.0
 
 
-def restore_params(s: RunSpec, cache: Path, *, rtol: float = 1e-5, log=None) -> Path:
+def replicate_gaps(old: dict, new: dict) -> dict:
+    """Per split, the per-seed gap 100 (ln ppl_new - ln ppl_old) and its mean."""
+    out = {}
+    for split in ("test", "valid"):
+        a, b = np.asarray(ppl(old, split)), np.asarray(ppl(new, split))
+        gap = 100 * (np.log(b) - np.log(a)) if a.shape == b.shape else np.full(1, np.inf)
+        out[split] = {"per_seed": gap.tolist(), "mean": float(gap.mean())}
+    return out
+
+
+def restore_params(s: RunSpec, cache: Path, *, mean_tol: float = MEAN_TOL,
+                   seed_tol: float = SEED_TOL, log=None) -> Path:
     """Put back the parameters of a cached run whose ``params.npz`` is gone (the cache commits
     records and curves, never parameters) without touching its record or curves.
 
-    The run is retrained from its seeds into ``<run>/restore/`` (resumable like any run) and
-    its parameters are moved into the run's folder only if every seed's retrained test and
-    validation perplexity equals the record's within ``rtol``: seeds fix the data order and the
-    initial weights, so the same function on the same backend retrains the same models, and
-    the check says whether it did. A mismatch is a one-line ValueError and nothing is moved."""
+    The run is retrained from its seeds into ``<run>/restore/`` (resumable like any run): the
+    seeds fix the data order and the initial weights, and the float rounding of the host
+    decides the rest, so the result is a replicate of the run, not always the same models
+    (:data:`MEAN_TOL`). Its parameters are moved into the run's folder only if its
+    perplexities match the record's within ``mean_tol`` (seed mean) and ``seed_tol`` (each
+    seed), in points of 100 ln ppl on both splits; the gaps are saved beside them
+    (:data:`RESTORED`). A mismatch is a one-line ValueError and nothing is moved."""
     folder = Path(cache) / s.key
     if (folder / "params.npz").is_file():
         return folder / "params.npz"
@@ -285,13 +309,21 @@ def restore_params(s: RunSpec, cache: Path, *, rtol: float = 1e-5, log=None) -> 
     side = folder / RESTORE
     new = ensure_run(s, side, log=log)
     old = read_json(folder / "record.json")
-    for split in ("test", "valid"):
-        a, b = np.asarray(ppl(old, split)), np.asarray(ppl(new, split))
-        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=0):
+    gaps = replicate_gaps(old, new)
+    for split, g in gaps.items():
+        if abs(g["mean"]) > mean_tol or np.max(np.abs(g["per_seed"])) > seed_tol:
             raise ValueError(
-                f"{s.key}: retrained {split} perplexities {b.tolist()} differ from the "
-                f"record's {a.tolist()} by more than rtol={rtol}; parameters not restored "
-                f"(the retraining is kept in {side})")
+                f"{s.key}: retrained {split} perplexities {ppl(new, split)} differ from the "
+                f"record's {ppl(old, split)} by a mean of {g['mean']:+.2f} points of 100 ln "
+                f"ppl (tolerance {mean_tol}) and up to {np.max(np.abs(g['per_seed'])):.2f} per "
+                f"seed (tolerance {seed_tol}); parameters not restored (the retraining is kept "
+                f"in {side})")
+    write_json(folder / RESTORED, {
+        "what": "params.npz is a retrained replicate of this run (same seeds, data order and "
+                "settings); 100 (ln ppl_replicate - ln ppl_record) per seed",
+        **gaps, "record_git": old.get("environment", {}).get("git"),
+        "replicate_git": new.get("environment", {}).get("git"),
+        "tolerance": {"mean": mean_tol, "seed": seed_tol}})
     (side / s.key / "params.npz").replace(folder / "params.npz")
     shutil.rmtree(side)
     return folder / "params.npz"

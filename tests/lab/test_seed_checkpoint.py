@@ -129,10 +129,11 @@ def test_the_run_cache_names_a_checkpoint_of_the_older_format(corpus, tmp_path, 
 
 def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tmp_path,
                                                                       monkeypatch):
-    """A committed run has no parameters; restoring retrains them from the seeds, bit for bit
-    on one backend, and leaves the record and curves as they were (so does ``load_models``,
-    which restores them). A retraining that does not match the record moves nothing and names
-    the run."""
+    """A committed run has no parameters; restoring retrains them from the seeds (bit for bit
+    on one host and code version) and leaves the record and curves as they were (so does
+    ``load_models``, which restores them). A replicate whose perplexities differ from the
+    record's by rounding-sized gaps (mean 0) is used and its gaps saved; one whose mean moves
+    moves nothing and names the run."""
     spec = lm_runs.RunSpec(label="restore", model=CFG, train=TC, seeds=(0, 1), final_batches=2)
     monkeypatch.setattr(lm_runs, "cached_corpus", lambda *a: corpus)
     folder = tmp_path / spec.key
@@ -148,18 +149,32 @@ def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tm
             np.testing.assert_array_equal(f[k], trained[k])
     assert {n: (folder / n).read_bytes() for n in kept} == kept
     assert not (folder / lm_runs.RESTORE).exists()
+    gaps = json.loads((folder / lm_runs.RESTORED).read_text())
+    assert gaps["test"]["per_seed"] == [0.0, 0.0] and gaps["valid"]["mean"] == 0.0
     # the analyses' loader restores the same way (it used to delete the record and retrain)
     (folder / "params.npz").unlink()
     models = lm_runs.load_models(spec, tmp_path)
     assert len(models) == 2 and (folder / "params.npz").is_file()
     assert {n: (folder / n).read_bytes() for n in kept} == kept
 
+    # a record from another host: the same experiment, seeds 0.4 points apart either way
     record = json.loads(kept["record.json"])
-    record["test_ppl"] = [p * 1.01 for p in record["test_ppl"]]  # not what these seeds give
+    record["test_ppl"] = [record["test_ppl"][0] * np.exp(0.004),
+                          record["test_ppl"][1] * np.exp(-0.004)]
+    (folder / "record.json").write_text(json.dumps(record))
+    (folder / "params.npz").unlink()
+    lm_runs.restore_params(spec, tmp_path)
+    gaps = json.loads((folder / lm_runs.RESTORED).read_text())
+    assert gaps["test"]["per_seed"] == pytest.approx([-0.4, 0.4], abs=1e-9)
+    assert gaps["test"]["mean"] == pytest.approx(0.0, abs=1e-9)
+
+    # another experiment: every seed 1 % away, so the mean moves by a point
+    record["test_ppl"] = [p * 1.01 for p in json.loads(kept["record.json"])["test_ppl"]]
     (folder / "record.json").write_text(json.dumps(record))
     (folder / "params.npz").unlink()
     with pytest.raises(ValueError, match=r"restore-\w+: retrained test perplexities .* differ "
-                                         r"from the record's .* parameters not restored") as err:
+                                         r"from the record's .* by a mean of -1.00 points .* "
+                                         r"parameters not restored") as err:
         lm_runs.restore_params(spec, tmp_path)
     assert "\n" not in str(err.value) and not (folder / "params.npz").exists()
     tampered = (folder / "record.json").read_bytes()

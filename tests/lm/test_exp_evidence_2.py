@@ -271,4 +271,6 @@ def test_the_update_rank_is_saved_beside_the_record_and_outlives_the_parameters(
     cfg = lm_evidence_2.settings(True, ["h5_retrain=true"])
     assert cfg.rank_positions == 2
     assert Grid2(cfg, True, tmp_path, only_cached=True).rank_of(spec) is None
-    assert Grid2(cfg, True, tmp_path).rank_of(spec) == r
+    restored = Grid2(cfg, True, tmp_path).rank_of(spec)
+    assert {k: v for k, v in restored.items() if k != "models"} == r
+    assert restored["models"]["test"]["per_seed"] == [0.0, 0.0]  # the replicate's gaps
