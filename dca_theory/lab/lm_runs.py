@@ -269,12 +269,13 @@ RESTORE = "restore"  # a retraining's own cache inside the run's folder (git-ign
 RESTORED = "restored.json"
 #: a retrained replicate stands in for a run if, in points of 100 ln ppl on the test and the
 #: validation split, its seed-mean gap to the record is within MEAN_TOL and every seed's within
-#: SEED_TOL. Retraining is bitwise reproducible on one host and code version, but not across
-#: the hosts the records were trained on: the lm_evidence_2 vanilla run at width 16 (12 seeds)
-#: retrained with the same code matched its record to step 2, differed by one float32 ulp from
-#: steps 3-10 and ended at a per-seed gap of SD 0.81 points (largest 1.84) with a mean of
-#: +0.04, against a seed-to-seed SD of 1.31. A different experiment (another rate, say) moves
-#: the mean by points; rounding noise moves single seeds, not the mean.
+#: SEED_TOL. Retraining is bitwise reproducible within a sitting (two retrainings, one with the
+#: record's code version and one with a later one, agreed bit for bit), but did not reproduce a
+#: record of an earlier sitting: the lm_evidence_2 vanilla run at width 16 (12 seeds) matched
+#: its record to step 2, differed by one float32 ulp from steps 3-10, and ended at a per-seed
+#: gap of SD 0.81 points (largest 1.84) with a mean of +0.04, against a seed-to-seed SD of
+#: 1.31. A different experiment (another rate, say) moves the mean by points; rounding noise
+#: moves single seeds, not the mean.
 MEAN_TOL, SEED_TOL = 0.5, 3.0
 
 
