@@ -151,7 +151,7 @@ def test_restore_params_retrains_the_same_models_and_keeps_the_record(corpus, tm
     assert not (folder / lm_runs.RESTORE).exists()
     gaps = json.loads((folder / lm_runs.RESTORED).read_text())
     assert gaps["test"]["per_seed"] == [0.0, 0.0] and gaps["valid"]["mean"] == 0.0
-    # the analyses' loader restores the same way (it used to delete the record and retrain)
+    # the analyses' loader restores the same way, record and curves untouched
     (folder / "params.npz").unlink()
     models = lm_runs.load_models(spec, tmp_path)
     assert len(models) == 2 and (folder / "params.npz").is_file()
