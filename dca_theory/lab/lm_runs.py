@@ -312,13 +312,13 @@ def restore_params(s: RunSpec, cache: Path, *, mean_tol: float = MEAN_TOL,
     old = read_json(folder / "record.json")
     gaps = replicate_gaps(old, new)
     for split, g in gaps.items():
-        if abs(g["mean"]) > mean_tol or np.max(np.abs(g["per_seed"])) > seed_tol:
+        largest = float(np.max(np.abs(g["per_seed"])))
+        if abs(g["mean"]) > mean_tol or largest > seed_tol:
             raise ValueError(
                 f"{s.key}: retrained {split} perplexities {ppl(new, split)} differ from the "
                 f"record's {ppl(old, split)} by a mean of {g['mean']:+.2f} points of 100 ln "
-                f"ppl (tolerance {mean_tol}) and up to {np.max(np.abs(g['per_seed'])):.2f} per "
-                f"seed (tolerance {seed_tol}); parameters not restored (the retraining is kept "
-                f"in {side})")
+                f"ppl (tolerance {mean_tol}) and up to {largest:.2f} per seed (tolerance "
+                f"{seed_tol}); parameters not restored (the retraining is kept in {side})")
     write_json(folder / RESTORED, {
         "what": "params.npz is a retrained replicate of this run (same seeds, data order and "
                 "settings); 100 (ln ppl_replicate - ln ppl_record) per seed",
@@ -337,8 +337,8 @@ def load_curves(s: RunSpec, cache: Path) -> dict[str, np.ndarray]:
 
 def load_models(s: RunSpec, cache: Path) -> list:
     """The trained models of a cached run, one per seed. A fresh clone has records but no
-    parameters: they are retrained and used only if they reproduce the record
-    (:func:`restore_params`), which is never rewritten."""
+    parameters: the run is retrained and the replicate used only if its perplexities match the
+    record's within :func:`restore_params`'s tolerance; the record is never rewritten."""
     import equinox as eqx
     import jax
 
