@@ -1,7 +1,8 @@
 """lm_evidence_2: its full preset against the registered design (fast); every part end to end
 at a tiny size through ``main`` with a synthetic trainer whose loss landscape is known (fast:
-the machinery, sweeps, ranking check, H4's gate feeding the wide width, Holm); and (slow) the
-quick mode with real training."""
+the machinery, sweeps, ranking check, H4's gate feeding the wide width, Holm); the committed
+summary regenerated from the committed run cache (fast); and (slow) the quick mode with real
+training."""
 
 from __future__ import annotations
 
@@ -274,3 +275,47 @@ def test_the_update_rank_is_saved_beside_the_record_and_outlives_the_parameters(
     restored = Grid2(cfg, True, tmp_path).rank_of(spec)
     assert {k: v for k, v in restored.items() if k != "models"} == r
     assert restored["models"]["test"]["per_seed"] == [0.0, 0.0]  # the replicate's gaps
+
+
+def _differences(new, old, path="", rel=1e-9) -> list[str]:
+    """Where two summaries differ (numbers beyond ``rel``), the run's environment and the cache
+    path aside."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = [f"{path}/{k}: only in one" for k in set(old) ^ set(new)]
+        for k in set(old) & set(new) - {"environment", "cache"}:
+            out += _differences(new[k], old[k], f"{path}/{k}", rel)
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return [f"{path}: {len(new)} items, committed {len(old)}"]
+        return [d for i, (a, b) in enumerate(zip(new, old))
+                for d in _differences(a, b, f"{path}[{i}]", rel)]
+    if isinstance(old, float) and isinstance(new, float):
+        same = math.isclose(new, old, rel_tol=rel, abs_tol=1e-12) or (new != new and old != old)
+        return [] if same else [f"{path}: {new!r}, committed {old!r}"]
+    return [] if new == old else [f"{path}: {new!r}, committed {old!r}"]
+
+
+def test_the_committed_summary_regenerates_from_the_committed_run_cache(tmp_path):
+    """The committed summary is what today's code computes from the committed records and
+    update ranks (numbers to relative 1e-9), with the committed overrides; reading trains
+    nothing and writes nothing into the committed cache."""
+    from dca_theory.lab.lm_evidence2_runs import RANK_FILE
+
+    results = Path(lm_evidence_2.__file__).parent / "results"
+    committed = read_json(results / "lm_evidence_2" / "config.json")
+    cache = results / "lm_runs"
+    (tmp_path / "lm_runs").symlink_to(cache)
+
+    def files():  # what the cache commits (a run training beside the test adds others)
+        return {(p, p.stat().st_mtime_ns) for name in ("record.json", "curves.npz", RANK_FILE)
+                for p in cache.glob(f"*/{name}")}
+
+    before = files()
+    out = lm_evidence_2.main(out=tmp_path / "lm_evidence_2", only_cached=True,
+                             overrides=[f"{k}={v}" for k, v in committed["overrides"].items()])
+    assert files() == before
+    new = read_json(out / "summary.json")
+    old = read_json(results / "lm_evidence_2" / "summary.json")
+    assert new["complete"] and not new["missing_runs"]
+    assert _differences(new, old) == []
